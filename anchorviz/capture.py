@@ -1,0 +1,212 @@
+"""Hidden-state capture: pooled states of every layer, both sides of every pair, in one pass.
+
+The same pass gives the rewards, so evaluating a split and capturing it cost one forward.
+Memory is bounded by one batch plus the pooled output (``2n x d`` per layer, float16), whatever
+the dataset size. Student and reference captures of the same encoded pairs line up row by row:
+rows are ``pair 0 chosen, pair 0 rejected, pair 1 chosen, ...``.
+
+File layout (``hidden/<model_key>/<split>.safetensors``): tensors ``mean.<layer>`` (mean over
+response tokens) and, when the reward head pools differently (decoders: last response token),
+``head.<layer>``; ``side`` (int8, 0 chosen / 1 rejected), ``rewards`` (float32, 2n);
+metadata ``pair_ids``, ``layers``, ``pooling`` (JSON). Optional ``tokens.<layer>`` holds a
+bounded random sample of token-level states with ``token_rows`` (which row each came from).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+from safetensors.numpy import load_file, save_file
+from tqdm.auto import tqdm
+
+from anchorviz.models import RewardModel, pool_states
+from anchorviz.tokenization import EncodedPairs
+
+logger = logging.getLogger(__name__)
+
+
+class CaptureError(ValueError):
+    """Bad capture request or a capture file that does not match what was asked."""
+
+
+@dataclass
+class Captured:
+    """Pooled states of one model on one split. Arrays are (2n, d) float16 per layer."""
+
+    pair_ids: list[str]
+    layers: list[int]
+    pooling: str
+    mean: dict[int, np.ndarray]
+    head: dict[int, np.ndarray]  # the head's pooling; same arrays as ``mean`` for mean pooling
+    rewards: np.ndarray  # (2n,) float32
+    side: np.ndarray  # (2n,) int8
+    tokens: dict[int, np.ndarray] = field(default_factory=dict)
+    token_rows: np.ndarray | None = None
+
+    @property
+    def n_pairs(self) -> int:
+        return len(self.pair_ids)
+
+    def rewards_by_side(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(r_chosen, r_rejected)``, each (n,)."""
+        return self.rewards[0::2].astype(np.float64), self.rewards[1::2].astype(np.float64)
+
+    def states(self, layer: int, kind: str = "mean") -> np.ndarray:
+        if layer not in self.layers:
+            raise CaptureError(f"layer {layer} was not captured; captured layers: {self.layers}")
+        if kind not in ("mean", "head"):
+            raise CaptureError(f"kind must be 'mean' or 'head', got {kind!r}")
+        return (self.mean if kind == "mean" else self.head)[layer]
+
+
+@torch.no_grad()
+def capture_states(
+    model: RewardModel,
+    encoded: EncodedPairs,
+    *,
+    layers: list[int] | str = "all",
+    batch_size: int = 64,
+    device: str = "cpu",
+    token_sample: int = 0,
+    seed: int = 0,
+    adapters: bool = True,
+    desc: str = "capture",
+    progress: bool = True,
+) -> Captured:
+    """Forward every pair (both sides) once; pool every requested layer over response tokens.
+
+    ``adapters=False`` runs a LoRA model with its adapters disabled (the pretrained reference).
+    ``token_sample`` > 0 keeps that many random response-token states per layer (reservoir-free:
+    a fixed per-row quota, so memory stays bounded).
+    """
+    if len(encoded) == 0:
+        raise CaptureError(f"{desc}: no pairs to capture")
+    if layers == "all":
+        layer_list = list(range(model.n_layers + 1))
+    else:
+        layer_list = model.check_layers(list(layers))
+    n_rows = 2 * len(encoded)
+    d = model.hidden_size
+    mean = {k: np.zeros((n_rows, d), dtype=np.float16) for k in layer_list}
+    separate_head = model.pooling != "mean"
+    head = {k: np.zeros((n_rows, d), dtype=np.float16) for k in layer_list} if separate_head else mean
+    rewards = np.zeros(n_rows, dtype=np.float32)
+    rng = np.random.default_rng(seed)
+    per_row = 0 if token_sample <= 0 else max(1, int(np.ceil(token_sample / n_rows)))
+    tok_states: dict[int, list[np.ndarray]] = {k: [] for k in layer_list}
+    tok_rows: list[np.ndarray] = []
+
+    bb = model.backbone
+    ctx = bb.disable_adapter() if (not adapters and hasattr(bb, "disable_adapter")) else _null()
+    if not adapters and not hasattr(bb, "disable_adapter"):
+        raise CaptureError("adapters=False needs a LoRA (PEFT) model")
+    was_training = model.training
+    model.eval()
+    model.to(device)
+    order = np.argsort(encoded.lengths(), kind="stable")
+    from anchorviz.train import joint_batch
+
+    try:
+        with ctx:
+            for start in tqdm(range(0, len(order), batch_size), desc=desc, disable=not progress,
+                              leave=False):
+                idx = order[start : start + batch_size].tolist()
+                batch, _ = joint_batch(encoded, idx)
+                batch = batch.to(device)
+                out = model(batch.input_ids, batch.attention_mask, batch.response_mask,
+                            layers=layer_list)
+                rows = np.array([2 * i for i in idx] + [2 * i + 1 for i in idx])
+                rewards[rows] = out.rewards.float().cpu().numpy()
+                for k in layer_list:
+                    h = out.hidden[k].float()
+                    bad = ~torch.isfinite(h).all(dim=(1, 2))
+                    if bool(bad.any()):
+                        raise CaptureError(
+                            f"{desc}: non-finite hidden states at layer {k} for pair "
+                            f"{encoded.pair_ids[idx[int(bad.nonzero()[0]) % len(idx)]]!r}"
+                        )
+                    mean[k][rows] = pool_states(h, batch.response_mask, "mean").cpu().numpy()
+                    if separate_head:
+                        head[k][rows] = pool_states(h, batch.response_mask, model.pooling).cpu().numpy()
+                if per_row:
+                    mask = batch.response_mask.bool().cpu().numpy()
+                    picks = []
+                    for j in range(mask.shape[0]):
+                        pos = np.flatnonzero(mask[j])
+                        take = rng.choice(pos, size=min(per_row, len(pos)), replace=False)
+                        picks.append((j, np.sort(take)))
+                    for k in layer_list:
+                        h = out.hidden[k].float().cpu().numpy()
+                        tok_states[k].append(
+                            np.concatenate([h[j, t] for j, t in picks]).astype(np.float16))
+                    tok_rows.append(np.concatenate([np.full(len(t), rows[j]) for j, t in picks]))
+    finally:
+        model.train(was_training)
+    cap = Captured(
+        pair_ids=list(encoded.pair_ids), layers=layer_list, pooling=model.pooling, mean=mean,
+        head=head, rewards=rewards, side=np.tile(np.array([0, 1], dtype=np.int8), len(encoded)),
+    )
+    if per_row:
+        cap.tokens = {k: np.concatenate(v)[:token_sample] for k, v in tok_states.items()}
+        cap.token_rows = np.concatenate(tok_rows)[:token_sample].astype(np.int64)
+    return cap
+
+
+class _null:
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *exc):
+        return False
+
+
+def save_captured(path: str | Path, cap: Captured) -> Path:
+    """Write a capture as safetensors (no pickle). Returns the path."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tensors: dict[str, np.ndarray] = {"side": cap.side, "rewards": cap.rewards}
+    for k in cap.layers:
+        tensors[f"mean.{k}"] = np.ascontiguousarray(cap.mean[k])
+        if cap.head is not cap.mean:
+            tensors[f"head.{k}"] = np.ascontiguousarray(cap.head[k])
+        if k in cap.tokens:
+            tensors[f"tokens.{k}"] = np.ascontiguousarray(cap.tokens[k])
+    if cap.token_rows is not None:
+        tensors["token_rows"] = cap.token_rows
+    meta = {"pair_ids": json.dumps(cap.pair_ids), "layers": json.dumps(cap.layers),
+            "pooling": cap.pooling}
+    save_file(tensors, str(path), metadata=meta)
+    return path
+
+
+def load_captured(path: str | Path, layers: list[int] | None = None) -> Captured:
+    """Read a capture written by ``save_captured`` (optionally only some layers)."""
+    from safetensors import safe_open
+
+    path = Path(path)
+    if not path.is_file():
+        raise CaptureError(f"capture file {path} does not exist")
+    with safe_open(str(path), framework="numpy") as f:
+        meta = f.metadata() or {}
+    try:
+        pair_ids = json.loads(meta["pair_ids"])
+        all_layers = json.loads(meta["layers"])
+        pooling = meta["pooling"]
+    except (KeyError, json.JSONDecodeError) as err:
+        raise CaptureError(f"{path}: not an anchorviz capture (metadata {err})") from None
+    want = all_layers if layers is None else layers
+    missing = [k for k in want if k not in all_layers]
+    if missing:
+        raise CaptureError(f"{path}: layer(s) {missing} not captured; captured: {all_layers}")
+    t = load_file(str(path))
+    mean = {k: t[f"mean.{k}"] for k in want}
+    head = {k: t[f"head.{k}"] for k in want} if f"head.{want[0]}" in t else mean
+    tokens = {k: t[f"tokens.{k}"] for k in want if f"tokens.{k}" in t}
+    return Captured(pair_ids=pair_ids, layers=list(want), pooling=pooling, mean=mean, head=head,
+                    rewards=t["rewards"], side=t["side"], tokens=tokens,
+                    token_rows=t.get("token_rows"))

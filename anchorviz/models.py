@@ -1,0 +1,280 @@
+"""Backbones and the reward model: any Hugging Face ``AutoModel`` plus a zero-initialised scalar head.
+
+``RewardModel.forward`` returns rewards and, on request, the hidden states of chosen layers
+(token level) from the SAME forward pass, so ANCHOR's student side costs no second forward.
+
+Layer numbering follows ``output_hidden_states``: layer 0 is the embedding output, layer ``k``
+the output of block ``k``; ``n_layers`` blocks in all, so the last layer is ``n_layers``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+logger = logging.getLogger(__name__)
+
+POOLINGS = ("auto", "mean", "last", "cls")
+
+_DECODER_TYPES = {
+    "llama", "qwen2", "qwen3", "mistral", "mixtral", "gemma", "gemma2", "gemma3", "gemma3_text",
+    "gpt2", "gpt_neox", "gptj", "phi", "phi3", "olmo", "olmo2", "falcon", "opt", "bloom",
+    "smollm3", "granite", "cohere", "stablelm", "starcoder2",
+}
+
+
+class ModelError(ValueError):
+    """A backbone, pooling or layer request that cannot work; the message says what was expected."""
+
+
+def is_decoder_config(config) -> bool:
+    """True when the backbone is a causal decoder (pools on the last response token)."""
+    if getattr(config, "is_decoder", False):
+        return True
+    archs = getattr(config, "architectures", None) or []
+    if any(a.endswith(("ForCausalLM", "LMHeadModel")) for a in archs):
+        return True
+    return getattr(config, "model_type", "") in _DECODER_TYPES
+
+
+def disable_dropout(module: nn.Module) -> int:
+    """Set every dropout probability in ``module`` to 0; returns how many were changed.
+
+    Covers ``nn.Dropout`` modules and the float ``attention_dropout`` attributes that decoder
+    attention layers read directly.
+    """
+    changed = 0
+    for m in module.modules():
+        if isinstance(m, nn.modules.dropout._DropoutNd) and m.p != 0.0:
+            m.p = 0.0
+            changed += 1
+        if isinstance(getattr(m, "attention_dropout", None), float) and m.attention_dropout != 0.0:
+            m.attention_dropout = 0.0
+            changed += 1
+    return changed
+
+
+@dataclass
+class RewardOutput:
+    """``rewards`` (B,); ``pooled`` (B, d) the representation the head read;
+    ``hidden`` layer -> (B, T, d) token states (only the layers asked for, else None)."""
+
+    rewards: torch.Tensor
+    pooled: torch.Tensor
+    hidden: dict[int, torch.Tensor] | None
+
+
+def pool_states(
+    states: torch.Tensor, response_mask: torch.Tensor, pooling: str
+) -> torch.Tensor:
+    """Pool token states (B, T, d) into (B, d).
+
+    ``mean``: mean over response tokens; ``last``: the last response token; ``cls``: token 0.
+    """
+    if pooling == "cls":
+        return states[:, 0]
+    mask = response_mask.to(states.dtype)
+    counts = mask.sum(dim=1)
+    if torch.any(counts == 0):
+        raise ModelError("a sequence has no response tokens (response_mask all zero)")
+    if pooling == "mean":
+        return (states * mask.unsqueeze(-1)).sum(dim=1) / counts.unsqueeze(-1)
+    if pooling == "last":
+        positions = torch.arange(mask.shape[1], device=mask.device).expand_as(mask)
+        last = torch.where(response_mask.bool(), positions, torch.full_like(positions, -1)).amax(1)
+        return states[torch.arange(states.shape[0], device=states.device), last]
+    raise ModelError(f"pooling must be one of {POOLINGS[1:]}, got {pooling!r}")
+
+
+class RewardModel(nn.Module):
+    """A backbone plus a scalar reward head (weight and bias initialised to zero).
+
+    Args:
+        backbone: a Hugging Face base model (``AutoModel``) returning hidden states.
+        pooling: ``auto`` (decoders: ``last``, encoders: ``mean``), ``mean``, ``last`` or ``cls``.
+    """
+
+    def __init__(self, backbone: nn.Module, pooling: str = "auto") -> None:
+        super().__init__()
+        if pooling not in POOLINGS:
+            raise ModelError(f"pooling must be one of {POOLINGS}, got {pooling!r}")
+        config = getattr(backbone, "config", None)
+        if config is None or not hasattr(config, "hidden_size"):
+            raise ModelError(
+                f"backbone {type(backbone).__name__} has no config.hidden_size: pass a Hugging "
+                "Face AutoModel (base model, not a pipeline or tokenizer)"
+            )
+        self.backbone = backbone
+        self.is_decoder = is_decoder_config(config)
+        self.pooling = ("last" if self.is_decoder else "mean") if pooling == "auto" else pooling
+        self.head = nn.Linear(config.hidden_size, 1)
+        nn.init.zeros_(self.head.weight)
+        nn.init.zeros_(self.head.bias)
+
+    @property
+    def n_layers(self) -> int:
+        """Number of transformer blocks (the last hidden-state index)."""
+        cfg = self.backbone.config
+        n = getattr(cfg, "num_hidden_layers", None) or getattr(cfg, "n_layer", None)
+        if n is None:
+            raise ModelError(f"cannot tell the number of layers of {type(self.backbone).__name__}")
+        return int(n)
+
+    @property
+    def hidden_size(self) -> int:
+        return int(self.backbone.config.hidden_size)
+
+    def check_layers(self, layers: Sequence[int]) -> list[int]:
+        """Validate hidden-state indices (0 = embeddings .. n_layers = last block)."""
+        out = []
+        for layer in layers:
+            if not isinstance(layer, int) or isinstance(layer, bool) or not 0 <= layer <= self.n_layers:
+                raise ModelError(
+                    f"layer {layer!r} is outside this model: valid hidden-state indices are "
+                    f"0 (embeddings) .. {self.n_layers} (last block)"
+                )
+            out.append(layer)
+        return out
+
+    def encode(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        response_mask: torch.Tensor,
+        layers: Sequence[int] | None = None,
+    ) -> RewardOutput:
+        """Rewards for one batch of sequences, plus token states of ``layers`` if asked."""
+        want_hidden = layers is not None and len(layers) > 0
+        out = self.backbone(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            output_hidden_states=True,
+            return_dict=True,
+        )
+        all_hidden = getattr(out, "hidden_states", None)
+        if all_hidden is None:
+            raise ModelError(
+                f"backbone {type(self.backbone).__name__} returned no hidden_states: anchorviz "
+                "needs a model that supports output_hidden_states=True"
+            )
+        last = all_hidden[-1]
+        pooled = pool_states(last, response_mask, self.pooling)
+        rewards = self.head(pooled.to(self.head.weight.dtype)).squeeze(-1)
+        hidden = None
+        if want_hidden:
+            hidden = {layer: all_hidden[layer] for layer in self.check_layers(list(layers))}
+        return RewardOutput(rewards=rewards, pooled=pooled, hidden=hidden)
+
+    def forward(self, input_ids, attention_mask, response_mask, layers=None) -> RewardOutput:
+        return self.encode(input_ids, attention_mask, response_mask, layers)
+
+
+def load_backbone(
+    name_or_path: str,
+    *,
+    dtype: torch.dtype | None = None,
+    trust_remote_code: bool = False,
+    dropout: bool = True,
+):
+    """Load ``(backbone, tokenizer)``: a zoo name, a local folder or a hub id.
+
+    Zoo names (``minilm-l6``, ``minilm-l3``, ``smollm2-135m``) resolve to verified local folders
+    in the cache (prepared on first use, offline afterwards). ``trust_remote_code`` stays False
+    unless the caller asks. ``dropout=False`` zeroes every dropout probability.
+    """
+    from transformers import AutoModel, AutoTokenizer
+
+    from anchorviz.zoo import resolve_model
+
+    path = str(resolve_model(name_or_path))
+    kwargs = {"trust_remote_code": trust_remote_code}
+    if dtype is not None:
+        kwargs["dtype"] = dtype
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
+        backbone = AutoModel.from_pretrained(path, **kwargs)
+    except OSError as err:
+        raise ModelError(
+            f"could not load model {name_or_path!r} (resolved to {path!r}): {err}. Use a zoo name "
+            "(anchorviz.zoo.ZOO), a local folder with config.json and weights, or a hub id "
+            "(needs network)"
+        ) from err
+    if not dropout:
+        disable_dropout(backbone)
+    return backbone, tokenizer
+
+
+def load_reward_model(
+    name_or_path: str,
+    *,
+    pooling: str = "auto",
+    dtype: torch.dtype | None = None,
+    trust_remote_code: bool = False,
+    dropout: bool = True,
+    lora: dict | None = None,
+):
+    """``(RewardModel, tokenizer)`` for a backbone; ``lora`` (PEFT LoraConfig kwargs) wraps the
+    backbone in adapters while the reward head stays fully trainable (and is saved)."""
+    backbone, tokenizer = load_backbone(
+        name_or_path, dtype=dtype, trust_remote_code=trust_remote_code, dropout=dropout
+    )
+    if lora:
+        backbone = apply_lora(backbone, lora)
+    model = RewardModel(backbone, pooling=pooling)
+    if dtype is not None:
+        model.head.to(dtype)
+    return model, tokenizer
+
+
+def apply_lora(backbone: nn.Module, lora: dict) -> nn.Module:
+    """Wrap a backbone with PEFT LoRA adapters (feature-extraction task, no LM head)."""
+    from peft import LoraConfig, get_peft_model
+
+    cfg = dict(lora)
+    cfg.setdefault("r", 8)
+    cfg.setdefault("lora_alpha", 16)
+    cfg.setdefault("lora_dropout", 0.0)
+    if "target_modules" not in cfg:
+        mt = getattr(backbone.config, "model_type", "")
+        cfg["target_modules"] = ["query", "value"] if mt == "bert" else ["q_proj", "v_proj"]
+    peft_model = get_peft_model(backbone, LoraConfig(**cfg))
+    # PeftModel forwards to the base model; keep .config for RewardModel's checks
+    return peft_model
+
+
+def head_state(model: RewardModel) -> dict[str, torch.Tensor]:
+    """The reward head's weights (always trained, always saved)."""
+    return {f"head.{k}": v.detach().cpu().contiguous() for k, v in model.head.state_dict().items()}
+
+
+def trainable_state(model: RewardModel) -> dict[str, torch.Tensor]:
+    """Everything training changed: the head plus LoRA adapters (LoRA) or the whole backbone."""
+    state = head_state(model)
+    bb = model.backbone
+    if hasattr(bb, "peft_config"):
+        from peft import get_peft_model_state_dict
+
+        for k, v in get_peft_model_state_dict(bb).items():
+            state[f"adapter.{k}"] = v.detach().cpu().contiguous()
+    else:
+        for k, v in bb.state_dict().items():
+            state[f"backbone.{k}"] = v.detach().cpu().contiguous()
+    return state
+
+
+def load_trainable_state(model: RewardModel, state: dict[str, torch.Tensor]) -> None:
+    """Inverse of ``trainable_state`` (weights from a safetensors file)."""
+    head = {k[5:]: v for k, v in state.items() if k.startswith("head.")}
+    model.head.load_state_dict(head)
+    adapters = {k[8:]: v for k, v in state.items() if k.startswith("adapter.")}
+    if adapters:
+        from peft import set_peft_model_state_dict
+
+        set_peft_model_state_dict(model.backbone, adapters)
+    backbone = {k[9:]: v for k, v in state.items() if k.startswith("backbone.")}
+    if backbone:
+        model.backbone.load_state_dict(backbone)

@@ -1,0 +1,231 @@
+"""Metrics against worked examples, bootstrap behaviour and properties."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from anchorviz.metrics import (
+    Interval,
+    bootstrap_accuracy_ci,
+    paired_bootstrap_transfer,
+    pairwise_accuracy,
+    per_pair_correct,
+    pgr,
+    seed_summary,
+    transfer_scores,
+)
+
+finite = st.floats(min_value=-1e6, max_value=1e6, allow_nan=False, allow_infinity=False)
+accuracy = st.floats(min_value=0.0, max_value=1.0)
+
+# --------------------------------------------------------------------------- accuracy
+
+
+def test_per_pair_correct_and_ties_count_half():
+    chosen = [1.0, 2.0, 3.0, 0.0]
+    rejected = [0.0, 2.0, 4.0, -1.0]
+    assert per_pair_correct(chosen, rejected).tolist() == [1.0, 0.5, 0.0, 1.0]
+    assert pairwise_accuracy(chosen, rejected) == pytest.approx(2.5 / 4)
+
+
+def test_pairwise_accuracy_accepts_arrays():
+    assert pairwise_accuracy(np.array([0.3, 0.1]), np.array([0.2, 0.2])) == 0.5
+
+
+@pytest.mark.parametrize(
+    "chosen, rejected, match",
+    [
+        ([1.0, float("nan")], [0.0, 0.0], "r_chosen"),
+        ([1.0, 0.0], [0.0, float("inf")], "r_rejected"),
+        ([1.0, 0.0], [0.0], "same pairs"),
+        ([], [], "empty"),
+        ([[1.0]], [[0.0]], "1-D"),
+        (["a"], ["b"], "numeric"),
+    ],
+)
+def test_pairwise_accuracy_validation(chosen, rejected, match):
+    with pytest.raises(ValueError, match=match):
+        pairwise_accuracy(chosen, rejected)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(finite, finite), min_size=1, max_size=40))
+def test_pairwise_accuracy_is_bounded_and_symmetric(pairs):
+    chosen = [c for c, _ in pairs]
+    rejected = [r for _, r in pairs]
+    acc = pairwise_accuracy(chosen, rejected)
+    assert 0.0 <= acc <= 1.0
+    assert acc + pairwise_accuracy(rejected, chosen) == pytest.approx(1.0)
+
+
+# --------------------------------------------------------------------------- transfer scores
+
+
+def test_transfer_scores_student_regresses_in_distribution():
+    # the 5-point ID regression is charged against the 6-point OOD gain
+    scores = transfer_scores(teacher_id=0.80, teacher_ood=0.60, student_id=0.75, student_ood=0.66)
+    assert scores["wrg"] == pytest.approx(-0.05)
+    assert scores["aog"] == pytest.approx(0.06)
+    assert scores["nts"] == pytest.approx(0.01)
+
+
+def test_transfer_scores_student_gains_in_distribution():
+    # an ID gain is not credited: NTS == AOG
+    scores = transfer_scores(teacher_id=0.70, teacher_ood=0.60, student_id=0.78, student_ood=0.55)
+    assert scores["wrg"] == pytest.approx(0.08)
+    assert scores["aog"] == pytest.approx(-0.05)
+    assert scores["nts"] == pytest.approx(-0.05)
+
+
+def test_transfer_scores_validation():
+    with pytest.raises(ValueError, match="student_ood"):
+        transfer_scores(0.7, 0.6, 0.8, 60.0)  # a percentage, not a fraction
+    with pytest.raises(ValueError, match="teacher_id"):
+        transfer_scores(float("nan"), 0.6, 0.8, 0.6)
+
+
+@settings(max_examples=100, deadline=None)
+@given(accuracy, accuracy, accuracy, accuracy)
+def test_nts_never_exceeds_aog(t_id, t_ood, s_id, s_ood):
+    scores = transfer_scores(t_id, t_ood, s_id, s_ood)
+    assert scores["nts"] <= scores["aog"]
+    assert scores["nts"] == pytest.approx(scores["aog"] - max(0.0, t_id - s_id))
+
+
+def test_pgr_worked_examples():
+    assert pgr(student=0.75, teacher=0.70, ceiling=0.80) == pytest.approx(0.5)
+    assert pgr(student=0.65, teacher=0.70, ceiling=0.80) == pytest.approx(-0.5)
+    assert pgr(student=0.85, teacher=0.70, ceiling=0.80) == pytest.approx(1.5)
+
+
+def test_pgr_is_none_without_a_gap():
+    assert pgr(student=0.75, teacher=0.70, ceiling=0.70) is None
+
+
+# --------------------------------------------------------------------------- bootstrap
+
+
+def pattern(n_correct: int, n: int) -> np.ndarray:
+    return np.array([1.0] * n_correct + [0.0] * (n - n_correct))
+
+
+def test_bootstrap_ci_contains_point_and_is_reproducible():
+    correct = np.concatenate([pattern(70, 100), [0.5, 0.5]])
+    ci = bootstrap_accuracy_ci(correct, n_boot=1000, seed=3)
+    assert isinstance(ci, Interval)
+    assert ci.point == pytest.approx(71 / 102)
+    assert ci.lo < ci.point < ci.hi
+    assert bootstrap_accuracy_ci(correct, n_boot=1000, seed=3) == ci
+    assert bootstrap_accuracy_ci(correct, n_boot=1000, seed=4) != ci
+
+
+def test_bootstrap_ci_matches_the_normal_approximation():
+    # 70 / 100 correct: standard error sqrt(0.7 * 0.3 / 100) = 0.0458 -> 95% about +- 0.09
+    ci = bootstrap_accuracy_ci(pattern(70, 100), n_boot=2000, seed=0)
+    assert ci.hi - ci.lo == pytest.approx(2 * 1.96 * math.sqrt(0.21 / 100), rel=0.15)
+
+
+def test_bootstrap_ci_narrows_with_more_pairs():
+    small = bootstrap_accuracy_ci(pattern(70, 100), n_boot=500)
+    large = bootstrap_accuracy_ci(pattern(1750, 2500), n_boot=500)
+    assert small.point == large.point == pytest.approx(0.7)
+    assert (large.hi - large.lo) < 0.5 * (small.hi - small.lo)
+
+
+def test_bootstrap_ci_degenerate_and_validation():
+    assert bootstrap_accuracy_ci(np.ones(20), n_boot=100) == (1.0, 1.0, 1.0)
+    with pytest.raises(ValueError, match="0, 0.5 and 1"):
+        bootstrap_accuracy_ci([1.0, 0.3])
+    with pytest.raises(ValueError, match="empty"):
+        bootstrap_accuracy_ci([])
+    with pytest.raises(ValueError, match="alpha"):
+        bootstrap_accuracy_ci([1.0, 0.0], alpha=0.0)
+    with pytest.raises(ValueError, match="n_boot"):
+        bootstrap_accuracy_ci([1.0, 0.0], n_boot=0)
+
+
+def transfer_example():
+    rng = np.random.default_rng(0)
+    teacher_id = (rng.random(200) < 0.70).astype(float)
+    student_id = teacher_id.copy()
+    student_id[:10] = 1.0  # the student fixes some of the teacher's ID errors ...
+    teacher_ood = (rng.random(150) < 0.60).astype(float)
+    student_ood = teacher_ood.copy()
+    student_ood[:30] = 1.0  # ... and more OOD ones
+    return teacher_id, student_id, teacher_ood, student_ood
+
+
+def test_paired_bootstrap_points_match_transfer_scores():
+    t_id, s_id, t_ood, s_ood = transfer_example()
+    result = paired_bootstrap_transfer(t_id, s_id, t_ood, s_ood, n_boot=500)
+    point = transfer_scores(t_id.mean(), t_ood.mean(), s_id.mean(), s_ood.mean())
+    assert set(result) == {"wrg", "aog", "nts"}
+    for key in ("wrg", "aog", "nts"):
+        assert result[key].point == pytest.approx(point[key])
+        assert result[key].lo <= result[key].point <= result[key].hi
+    # the student only ever fixes errors, so on every paired resample the gains are >= 0
+    assert result["wrg"].lo >= 0 and result["aog"].lo >= 0
+    assert paired_bootstrap_transfer(t_id, s_id, t_ood, s_ood, n_boot=500) == result
+
+
+def test_paired_bootstrap_resamples_teacher_and_student_jointly():
+    # identical models: every paired resample has WRG == AOG == 0 (an unpaired one would not)
+    t_id, _, t_ood, _ = transfer_example()
+    result = paired_bootstrap_transfer(t_id, t_id.copy(), t_ood, t_ood.copy(), n_boot=300)
+    for key in ("wrg", "aog", "nts"):
+        assert result[key] == (0.0, 0.0, 0.0)
+
+
+def test_paired_bootstrap_pgr():
+    t_id, s_id, t_ood, s_ood = transfer_example()
+    ceiling_id = t_id.copy()
+    ceiling_id[:20] = 1.0
+    result = paired_bootstrap_transfer(
+        t_id, s_id, t_ood, s_ood, ceiling_correct_id=ceiling_id, n_boot=500
+    )
+    expected = pgr(s_id.mean(), t_id.mean(), ceiling_id.mean())
+    assert result["pgr"].point == pytest.approx(expected)
+    assert result["pgr"].lo <= result["pgr"].point <= result["pgr"].hi
+    assert "pgr_ood" not in result
+    # ceiling == teacher: PGR undefined -> None, never NaN
+    same = paired_bootstrap_transfer(
+        t_id, s_id, t_ood, s_ood, ceiling_correct_ood=t_ood.copy(), n_boot=100
+    )
+    assert same["pgr_ood"] is None
+
+
+def test_paired_bootstrap_validation():
+    t_id, s_id, t_ood, s_ood = transfer_example()
+    with pytest.raises(ValueError, match="student_correct_id"):
+        paired_bootstrap_transfer(t_id, s_id[:-1], t_ood, s_ood)
+    with pytest.raises(ValueError, match="ceiling_correct_ood"):
+        paired_bootstrap_transfer(t_id, s_id, t_ood, s_ood, ceiling_correct_ood=t_ood[:5])
+    bad = s_ood.copy()
+    bad[0] = np.nan
+    with pytest.raises(ValueError, match="student_correct_ood"):
+        paired_bootstrap_transfer(t_id, s_id, t_ood, bad)
+
+
+# --------------------------------------------------------------------------- across seeds
+
+
+def test_seed_summary_worked_example():
+    # mean 2, std 1, t_{0.975, 2} = 4.302653 -> half width 4.302653 / sqrt(3) = 2.484138
+    summary = seed_summary([1.0, 2.0, 3.0])
+    assert summary.mean == pytest.approx(2.0)
+    assert summary.std == pytest.approx(1.0)
+    assert summary.half_width == pytest.approx(4.302653 / math.sqrt(3), rel=1e-6)
+
+
+def test_seed_summary_single_seed_and_validation():
+    mean, std, half = seed_summary([0.7])
+    assert mean == 0.7 and math.isnan(std) and math.isnan(half)
+    with pytest.raises(ValueError, match="values"):
+        seed_summary([])
+    with pytest.raises(ValueError, match="values"):
+        seed_summary([0.7, float("nan")])

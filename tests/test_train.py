@@ -1,0 +1,201 @@
+"""Reward model, reference strategies and the training loop on tiny random backbones."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from conftest import tiny_backbone, toy_pairs, word_tokenizer
+
+from anchorviz.losses import NonFiniteLossError, anchor_loss
+from anchorviz.models import ModelError, RewardModel, disable_dropout, pool_states
+from anchorviz.reference import (
+    AdapterOffReference,
+    CachedReference,
+    CopyReference,
+    ReferenceError,
+    choose_strategy,
+)
+from anchorviz.tokenization import encode_pairs
+from anchorviz.train import (
+    Objective,
+    TrainConfig,
+    TrainError,
+    joint_batch,
+    lr_factor,
+    score_pairs,
+    train_reward_model,
+)
+
+
+def _setup(kind="encoder", n=24, seed=0, dropout=0.0, layers=2):
+    tok = word_tokenizer(kind)
+    model = RewardModel(tiny_backbone(kind, vocab_size=len(tok), layers=layers, seed=seed,
+                                      dropout=dropout))
+    enc = encode_pairs(tok, toy_pairs(n, seed=seed), max_length=24)
+    return model, tok, enc
+
+
+def test_head_is_zero_initialised_and_pooling_per_architecture():
+    enc_model, _, enc = _setup("encoder")
+    dec_model, _, _ = _setup("decoder")
+    assert enc_model.pooling == "mean" and dec_model.pooling == "last"
+    assert torch.count_nonzero(enc_model.head.weight) == 0 and float(enc_model.head.bias) == 0
+    rc, rr = score_pairs(enc_model, enc)
+    assert np.all(rc == 0) and np.all(rr == 0)
+
+
+def test_pool_states_mean_and_last():
+    states = torch.arange(2 * 4 * 1, dtype=torch.float32).reshape(2, 4, 1)
+    mask = torch.tensor([[0, 1, 1, 0], [0, 0, 0, 1]])
+    assert pool_states(states, mask, "mean")[:, 0].tolist() == [1.5, 7.0]
+    assert pool_states(states, mask, "last")[:, 0].tolist() == [2.0, 7.0]
+    assert pool_states(states, mask, "cls")[:, 0].tolist() == [0.0, 4.0]
+    with pytest.raises(ModelError, match="no response tokens"):
+        pool_states(states, torch.zeros(2, 4), "mean")
+
+
+def test_hidden_states_come_from_the_same_forward():
+    model, _, enc = _setup("decoder")
+    batch, _ = joint_batch(enc, [0, 1])
+    out = model(batch.input_ids, batch.attention_mask, batch.response_mask, layers=[0, 2])
+    assert set(out.hidden) == {0, 2}
+    assert torch.allclose(pool_states(out.hidden[2], batch.response_mask, "last"), out.pooled)
+    with pytest.raises(ModelError, match="outside this model"):
+        model(batch.input_ids, batch.attention_mask, batch.response_mask, layers=[3])
+
+
+def test_dropout_off_makes_train_mode_deterministic():
+    model, _, enc = _setup("encoder", dropout=0.3)
+    batch, _ = joint_batch(enc, [0, 1, 2])
+    model.train()
+    a = model.backbone(input_ids=batch.input_ids, attention_mask=batch.attention_mask).last_hidden_state
+    b = model.backbone(input_ids=batch.input_ids, attention_mask=batch.attention_mask).last_hidden_state
+    assert not torch.equal(a, b)
+    assert disable_dropout(model) > 0
+    a = model.backbone(input_ids=batch.input_ids, attention_mask=batch.attention_mask).last_hidden_state
+    b = model.backbone(input_ids=batch.input_ids, attention_mask=batch.attention_mask).last_hidden_state
+    assert torch.equal(a, b)
+
+
+def test_lr_schedule():
+    assert lr_factor(0, 10, 2) == 0.5 and lr_factor(1, 10, 2) == 1.0
+    assert lr_factor(2, 10, 2) == 1.0 and lr_factor(6, 10, 2) == 0.5 and lr_factor(10, 10, 2) == 0.0
+
+
+def test_gold_training_learns_toy_pairs():
+    model, _, enc = _setup("encoder", n=48)
+    cfg = TrainConfig(lr=3e-3, epochs=6, batch_size=8, seed=0, progress=False)
+    res = train_reward_model(model, enc, np.ones(len(enc)), cfg, val=enc)
+    rc, rr = score_pairs(model, enc)
+    assert (rc > rr).mean() >= 0.9
+    assert res.history["total"].iloc[-5:].mean() < res.history["total"].iloc[:5].mean()
+    assert {"fit", "total", "lr", "grad_norm"} <= set(res.history.columns)
+    assert len(res.evals) == 6
+
+
+def _train(strategy, kind="encoder", lam=1.0, lora=False, seed=0, epochs=1.0):
+    model, tok, enc = _setup(kind, n=16)
+    if lora:
+        from anchorviz.models import apply_lora
+
+        model = RewardModel(apply_lora(model.backbone, {"r": 4, "target_modules": ["query", "value"]}))
+    ref = None
+    if strategy == "copy":
+        ref = CopyReference(model, [2])
+    elif strategy == "adapter_off":
+        ref = AdapterOffReference(model, [2])
+    elif strategy == "cached":
+        ref = CachedReference(model, enc, [2])
+    cfg = TrainConfig(lr=1e-3, epochs=epochs, batch_size=4, seed=seed, progress=False)
+    obj = Objective(anchor_lambda=lam, anchor_layers=[2] if ref else [])
+    q = np.linspace(0.3, 0.9, len(enc))
+    res = train_reward_model(model, enc, q, cfg, objective=obj, reference=ref)
+    return model, ref, res, enc
+
+
+def test_anchor_lambda_zero_reproduces_naive_exactly():
+    naive, _, res_naive, enc = _train(None)
+    anch, _, res_anch, _ = _train("copy", lam=0.0)
+    assert res_anch.history["anchor"].max() > 0  # the anchor term was computed...
+    for (k, a), b in zip(naive.state_dict().items(), anch.state_dict().values()):
+        assert torch.equal(a, b), k  # ...but lambda 0 changes nothing, bit for bit
+
+
+def test_reference_weights_unchanged_by_training():
+    model, tok, enc = _setup("encoder", n=16)
+    ref = CopyReference(model, [2])
+    before = {k: v.clone() for k, v in ref.backbone.state_dict().items()}
+    cfg = TrainConfig(lr=1e-2, epochs=1, batch_size=4, progress=False)
+    train_reward_model(model, enc, np.full(len(enc), 0.8), cfg,
+                       objective=Objective(anchor_lambda=1.0, anchor_layers=[2]), reference=ref)
+    assert any(not torch.equal(a, b) for a, b in zip(model.backbone.state_dict().values(), before.values()))
+    for k, v in ref.backbone.state_dict().items():
+        assert torch.equal(v, before[k]), k
+
+
+def test_three_reference_strategies_agree():
+    model, tok, enc = _setup("encoder", n=12)
+    from anchorviz.models import apply_lora
+
+    lora_model = RewardModel(apply_lora(model.backbone, {"r": 4, "target_modules": ["query", "value"]}))
+    copy_ref = CopyReference(lora_model, [1, 2])
+    cached = CachedReference(lora_model, enc, [1, 2])
+    off = AdapterOffReference(lora_model, [1, 2])
+    # make the adapters non-trivial so "adapter off" really differs from "adapter on"
+    with torch.no_grad():
+        for n, p in lora_model.named_parameters():
+            if "lora_B" in n:
+                p.normal_()
+    batch, index = joint_batch(enc, [3, 1, 7])
+    student = lora_model(batch.input_ids, batch.attention_mask, batch.response_mask, layers=[2])
+    a, b, c = (r.states(index, batch) for r in (copy_ref, cached, off))
+    for layer in (1, 2):
+        assert torch.allclose(a[layer], c[layer], atol=1e-5)
+        m = batch.attention_mask.bool()
+        assert torch.allclose(a[layer][m], b[layer][m], atol=1e-5)
+    losses = [float(anchor_loss({2: student.hidden[2]}, {2: r[2]}, batch.response_mask)) for r in (a, b, c)]
+    assert max(losses) - min(losses) < 1e-5 and losses[0] > 0
+    cached.close()
+
+
+def test_trained_lora_anchor_matches_across_strategies():
+    m1, _, r1, _ = _train("adapter_off", lora=True)
+    m2, _, r2, _ = _train("cached", lora=True)
+    assert np.allclose(r1.history["anchor"], r2.history["anchor"], atol=1e-5)
+    assert np.allclose(r1.history["total"], r2.history["total"], atol=1e-5)
+
+
+def test_adapter_off_needs_lora_and_auto_choice():
+    model, _, _ = _setup("encoder")
+    with pytest.raises(ReferenceError, match="LoRA"):
+        AdapterOffReference(model, [2])
+    assert choose_strategy(model, "auto", 10_000, 1)[0] == "cached"
+    assert choose_strategy(model, "auto", 10**9, 1)[0] == "copy"
+    assert choose_strategy(model, "copy", 10, 1) == ("copy", "chosen by the config")
+
+
+def test_same_seed_same_weights_different_seed_differs():
+    a, _, _, _ = _train(None, seed=1)
+    b, _, _, _ = _train(None, seed=1)
+    c, _, _, _ = _train(None, seed=2)
+    assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values()))
+    assert any(not torch.equal(x, y) for x, y in zip(a.state_dict().values(), c.state_dict().values()))
+
+
+def test_bad_settings_and_nan_guard():
+    model, _, enc = _setup("encoder", n=8)
+    with pytest.raises(TrainError, match="lr"):
+        train_reward_model(model, enc, np.ones(len(enc)), TrainConfig(lr=-1, progress=False))
+    with pytest.raises(TrainError, match="anchor_lambda"):
+        train_reward_model(model, enc, np.ones(len(enc)), TrainConfig(progress=False),
+                           objective=Objective(anchor_lambda=-1.0))
+    with pytest.raises(TrainError, match="targets"):
+        train_reward_model(model, enc, np.ones(3), TrainConfig(progress=False))
+    with pytest.raises(ModelError, match="outside"):
+        train_reward_model(model, enc, np.ones(len(enc)), TrainConfig(progress=False),
+                           objective=Objective(anchor_lambda=1.0, anchor_layers=[9]))
+    with torch.no_grad():
+        model.head.weight.fill_(float("nan"))
+    with pytest.raises(NonFiniteLossError, match="step 0"):
+        train_reward_model(model, enc, np.ones(len(enc)), TrainConfig(progress=False))
