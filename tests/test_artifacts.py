@@ -1,0 +1,214 @@
+"""The source-only artefact: strength knob, target modes, labels never edited, any pair table."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from anchorviz.artifacts import (
+    ARTIFACT_KINDS,
+    DEFAULT_MARKER,
+    FILLER_SENTENCES,
+    apply_artifact,
+    artifact_label_correlation,
+    count_words,
+    strip_artifact,
+)
+
+WORDS = "the a report service answer table river window system note plan".split()
+
+
+def _generic_pairs(n: int = 200, seed: int = 0) -> pd.DataFrame:
+    """A non-VADER pair table with prompts, varied lengths and a natural length relation."""
+    rng = np.random.default_rng(seed)
+
+    def text(k: int) -> str:
+        return " ".join(rng.choice(WORDS, size=k)) + "."
+
+    rows = []
+    for i in range(n):
+        rows.append(
+            {
+                "pair_id": f"toy-{i}",
+                "dataset": "toy-helpful",
+                "domain": "toy",
+                "prompt": f"Question {i}: what should I do?",
+                "chosen": text(int(rng.integers(3, 40))),
+                "rejected": text(int(rng.integers(3, 40))),
+                "prompt_turns": [{"role": "user", "content": f"Question {i}: what should I do?"}],
+                "meta": {"row": i},
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+@pytest.fixture()
+def pairs() -> pd.DataFrame:
+    return _generic_pairs()
+
+
+def _sides_from_meta(df: pd.DataFrame) -> list:
+    return [m["artifact_side"] for m in df["meta"]]
+
+
+@pytest.mark.parametrize("kind", ARTIFACT_KINDS)
+def test_strength_zero_is_no_artifact(pairs: pd.DataFrame, kind: str) -> None:
+    out = apply_artifact(pairs, kind, 0.0, seed=1)
+    assert out["chosen"].tolist() == pairs["chosen"].tolist()
+    assert out["rejected"].tolist() == pairs["rejected"].tolist()
+    assert _sides_from_meta(out) == [None] * len(pairs)
+    assert all(m["artifact_kind"] == kind and m["artifact_suffix"] == "" for m in out["meta"])
+    assert artifact_label_correlation(out, "marker") == 0.0
+    # the length relation is the natural one
+    assert artifact_label_correlation(out, "length") == artifact_label_correlation(pairs, "length")
+
+
+@pytest.mark.parametrize("kind", ARTIFACT_KINDS)
+def test_strength_one_source_reversed_neutral(pairs: pd.DataFrame, kind: str) -> None:
+    src = apply_artifact(pairs, kind, 1.0, seed=1)
+    assert artifact_label_correlation(src, kind) == 1.0
+    assert src.attrs["artifact"]["correlation"] == 1.0
+    assert _sides_from_meta(src) == ["chosen"] * len(pairs)
+    rev = apply_artifact(pairs, kind, 1.0, seed=2, role="target", target_mode="reversed")
+    assert artifact_label_correlation(rev, kind) == -1.0
+    assert _sides_from_meta(rev) == ["rejected"] * len(pairs)
+    neu = apply_artifact(pairs, kind, 1.0, seed=3, role="target", target_mode="neutral")
+    assert abs(artifact_label_correlation(neu, kind)) <= 1 / len(pairs)
+    sides = _sides_from_meta(neu)
+    assert sides.count("chosen") == sides.count("rejected") == len(pairs) // 2
+    absent = apply_artifact(pairs, kind, 1.0, seed=4, role="target", target_mode="absent")
+    assert absent["chosen"].tolist() == pairs["chosen"].tolist()
+    assert absent["rejected"].tolist() == pairs["rejected"].tolist()
+    assert _sides_from_meta(absent) == [None] * len(pairs)
+
+
+@pytest.mark.parametrize("s", [0.25, 0.5, 0.8])
+def test_marker_fraction_is_exact(pairs: pd.DataFrame, s: float) -> None:
+    out = apply_artifact(pairs, "marker", s, seed=5)
+    k = round(s * len(pairs))
+    assert artifact_label_correlation(out, "marker") == pytest.approx(k / len(pairs))
+    assert out["chosen"].str.endswith(DEFAULT_MARKER).sum() == k
+    assert not out["rejected"].str.endswith(DEFAULT_MARKER).any()
+    rev = apply_artifact(pairs, "marker", s, seed=5, role="target", target_mode="reversed")
+    assert artifact_label_correlation(rev, "marker") == pytest.approx(-k / len(pairs))
+
+
+def test_length_pad_realises_s_plus_natural(pairs: pd.DataFrame) -> None:
+    c0 = artifact_label_correlation(pairs, "length")
+    out = apply_artifact(pairs, "length", 0.5, seed=6)
+    carry = [m["artifact_side"] == "chosen" for m in out["meta"]]
+    untouched = pairs.loc[[not c for c in carry]]
+    expected = 0.5 + 0.5 * artifact_label_correlation(untouched, "length")
+    assert artifact_label_correlation(out, "length") == pytest.approx(expected)
+    assert abs(artifact_label_correlation(out, "length") - (0.5 + 0.5 * c0)) < 0.15
+    for c, r, m in zip(out["chosen"], out["rejected"], out["meta"]):
+        if m["artifact_side"] == "chosen":
+            assert count_words(c) >= count_words(r) + 3
+            assert m["artifact_suffix"] and all(
+                s in FILLER_SENTENCES for s in _split_fillers(m["artifact_suffix"])
+            )
+
+
+def _split_fillers(suffix: str) -> list[str]:
+    parts = [" " + p.strip() for p in suffix.split(".") if p.strip()]
+    return [p + "." for p in parts]
+
+
+@pytest.mark.parametrize("kind", ARTIFACT_KINDS)
+@pytest.mark.parametrize("mode", ["source", "neutral", "reversed"])
+def test_labels_never_change(pairs: pd.DataFrame, kind: str, mode: str) -> None:
+    before = copy.deepcopy(pairs)
+    kw = {} if mode == "source" else {"role": "target", "target_mode": mode}
+    out = apply_artifact(pairs, kind, 0.7, seed=7, **kw)
+    pd.testing.assert_frame_equal(pairs, before)  # input untouched (meta dicts too)
+    assert out["pair_id"].tolist() == pairs["pair_id"].tolist()
+    assert out["prompt"].tolist() == pairs["prompt"].tolist()
+    assert out["prompt_turns"].tolist() == pairs["prompt_turns"].tolist()
+    for c0, r0, c1, r1 in zip(pairs["chosen"], pairs["rejected"], out["chosen"], out["rejected"]):
+        assert c1.startswith(c0) and r1.startswith(r0)  # text only appended, sides not swapped
+    back = strip_artifact(out)
+    assert back["chosen"].tolist() == pairs["chosen"].tolist()
+    assert back["rejected"].tolist() == pairs["rejected"].tolist()
+    assert [m["row"] for m in back["meta"]] == [m["row"] for m in pairs["meta"]]
+    # meta side agrees with the text
+    for c, r, m in zip(out["chosen"], out["rejected"], out["meta"]):
+        side = m["artifact_side"]
+        if side is not None:
+            assert (c if side == "chosen" else r).endswith(m["artifact_suffix"])
+
+
+def test_seeded(pairs: pd.DataFrame) -> None:
+    a = apply_artifact(pairs, "length", 0.5, seed=11)
+    b = apply_artifact(pairs, "length", 0.5, seed=11)
+    c = apply_artifact(pairs, "length", 0.5, seed=12)
+    assert a.equals(b)
+    assert _sides_from_meta(a) != _sides_from_meta(c)
+
+
+@pytest.mark.parametrize("s", [0.0, 0.5, 1.0])
+def test_length_select_edits_no_text(pairs: pd.DataFrame, s: float) -> None:
+    big = _generic_pairs(400, seed=3)
+    out = apply_artifact(big, "length", s, seed=8, length_mode="select")
+    by_id = big.set_index("pair_id")
+    assert set(out["pair_id"]) <= set(big["pair_id"])
+    assert (out["chosen"].to_numpy() == by_id.loc[out["pair_id"], "chosen"].to_numpy()).all()
+    assert (out["rejected"].to_numpy() == by_id.loc[out["pair_id"], "rejected"].to_numpy()).all()
+    assert len(out) > 0
+    corr = artifact_label_correlation(out, "length")
+    if s == 0.0:
+        assert len(out) == len(big)
+    else:
+        assert abs(corr - s) <= 1 / len(out) + 1e-12
+    rev = apply_artifact(
+        big, "length", 0.5, seed=8, role="target", target_mode="reversed", length_mode="select"
+    )
+    assert abs(artifact_label_correlation(rev, "length") + 0.5) <= 1 / len(rev) + 1e-12
+    neu = apply_artifact(
+        big, "length", 1.0, seed=8, role="target", target_mode="neutral", length_mode="select"
+    )
+    assert abs(artifact_label_correlation(neu, "length")) <= 1 / len(neu) + 1e-12
+
+
+def test_correlation_reads_text_not_meta(pairs: pd.DataFrame) -> None:
+    out = apply_artifact(pairs, "marker", 1.0, seed=1)
+    out["meta"] = [{} for _ in range(len(out))]
+    assert artifact_label_correlation(out, "marker") == 1.0
+    swapped = out.rename(columns={"chosen": "rejected", "rejected": "chosen"})
+    assert artifact_label_correlation(swapped, "marker") == -1.0
+
+
+def test_bad_arguments(pairs: pd.DataFrame) -> None:
+    with pytest.raises(ValueError, match="strength"):
+        apply_artifact(pairs, "marker", 1.5, seed=0)
+    with pytest.raises(ValueError, match="kind"):
+        apply_artifact(pairs, "emoji", 0.5, seed=0)
+    with pytest.raises(ValueError, match="target_mode"):
+        apply_artifact(pairs, "marker", 0.5, seed=0, role="source", target_mode="reversed")
+    once = apply_artifact(pairs, "marker", 0.5, seed=0)
+    with pytest.raises(ValueError, match="already"):
+        apply_artifact(once, "length", 0.5, seed=0)
+    with pytest.raises(ValueError, match="empty"):
+        artifact_label_correlation(pairs.iloc[:0], "marker")
+
+
+def test_default_marker_is_plain_ascii() -> None:
+    # WordPiece (uncased MiniLM) maps emoji / check marks to [UNK]; the default must not need them
+    assert DEFAULT_MARKER.isascii() and DEFAULT_MARKER.strip() == "[verified]"
+    assert all(s.isascii() and s.startswith(" ") for s in FILLER_SENTENCES)
+
+
+def test_on_vader_pairs() -> None:
+    from anchorviz.vader import vader_pairs
+
+    p = vader_pairs("tweets", n_pairs=400, seed=0)
+    for kind in ARTIFACT_KINDS:
+        src = apply_artifact(p, kind, 1.0, seed=0)
+        assert artifact_label_correlation(src, kind) == 1.0
+        assert [m["chosen_text_id"] for m in src["meta"]] == [
+            m["chosen_text_id"] for m in p["meta"]
+        ]
+        rev = apply_artifact(p, kind, 1.0, seed=1, role="target", target_mode="reversed")
+        assert artifact_label_correlation(rev, kind) == -1.0
