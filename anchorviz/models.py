@@ -188,10 +188,12 @@ def load_backbone(
     """
     from transformers import AutoModel, AutoTokenizer
 
-    from anchorviz.zoo import resolve_model
+    from anchorviz.zoo import ZOO, resolve_model
 
     path = str(resolve_model(name_or_path))
     kwargs = {"trust_remote_code": trust_remote_code}
+    if name_or_path in ZOO:
+        kwargs.update(ZOO[name_or_path].load_kwargs)
     if dtype is not None:
         kwargs["dtype"] = dtype
     try:

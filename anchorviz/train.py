@@ -47,6 +47,7 @@ class TrainConfig:
     """Optimiser and loop settings (one flat set of named values)."""
 
     lr: float = 5e-5
+    head_lr: float | None = None  # the zero-initialised reward head's lr (None: same as lr)
     epochs: float = 2.0
     batch_size: int = 16
     grad_accum: int = 1
@@ -65,6 +66,7 @@ class TrainConfig:
     def validate(self) -> None:
         checks = {
             "lr": self.lr > 0 and math.isfinite(self.lr),
+            "head_lr": self.head_lr is None or (self.head_lr > 0 and math.isfinite(self.head_lr)),
             "epochs": self.epochs > 0,
             "batch_size": self.batch_size >= 1,
             "grad_accum": self.grad_accum >= 1,
@@ -205,12 +207,15 @@ def train_reward_model(
         model.backbone.gradient_checkpointing_enable()
 
     decay, no_decay = [], []
+    head = [p for p in model.head.parameters() if p.requires_grad]
+    head_ids = {id(p) for p in head}
     for name, p in model.named_parameters():
-        if p.requires_grad:
+        if p.requires_grad and id(p) not in head_ids:
             (no_decay if p.ndim < 2 or "norm" in name.lower() else decay).append(p)
     optimizer = torch.optim.AdamW(
         [{"params": decay, "weight_decay": config.weight_decay},
-         {"params": no_decay, "weight_decay": 0.0}],
+         {"params": no_decay, "weight_decay": 0.0},
+         {"params": head, "weight_decay": 0.0, "lr": config.head_lr or config.lr}],
         lr=config.lr,
     )
     n = len(train)

@@ -1,0 +1,221 @@
+"""The ``anchorviz`` command line: ``demo | run | sweep | report | datasets | models``.
+
+Exit codes: 0 success; 2 bad usage or config; 3 bad data or model input; 4 a training run
+failed (e.g. a non-finite loss; the run directory is marked failed); 130 interrupted; 1 other.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+logger = logging.getLogger("anchorviz")
+
+EXIT_OK, EXIT_OTHER, EXIT_CONFIG, EXIT_DATA, EXIT_TRAIN, EXIT_INTERRUPT = 0, 1, 2, 3, 4, 130
+
+DEMO_NOTE = (
+    "DEMO SCENARIO (constructed): VADER human sentiment ratings, source = movie reviews, targets = "
+    "Amazon / NYT / tweets. A source-only artefact is planted: the marker ' [verified]' is appended "
+    "to the CHOSEN text of a fraction {s:.0%} of source pairs (teacher_train, w2s_train, source_test) "
+    "and is {mode} in the targets. It is a constructed shortcut, not a property of the data."
+)
+
+
+def demo_sweep(strength: float = 0.8, seeds: tuple[int, ...] = (0,), quick: bool = False):
+    """The demo: teacher, ceiling, naive, confidence and ANCHOR at a small lambda grid."""
+    from anchorviz.experiment import RunConfig, SweepConfig
+
+    base = RunConfig()
+    d = base.data
+    d.artifact_kind, d.artifact_strength, d.artifact_target_mode = "marker", strength, "absent"
+    d.max_length = 48
+    if quick:  # a smoke-sized demo for CI and first looks (~1-2 minutes)
+        d.teacher_train, d.w2s_train, d.val, d.source_test, d.target_test = 200, 300, 60, 150, 150
+        base.capture.projection = "pca"
+    else:
+        d.teacher_train, d.w2s_train, d.val, d.source_test, d.target_test = 500, 800, 150, 400, 400
+    base.teacher_train.epochs = 2
+    base.student_train.epochs = 2
+    return SweepConfig(base=base, methods=["naive", "anchor"],
+                       anchor_lambdas=[0.3, 3.0] if not quick else [1.0],
+                       anchor_layers=["last"], seeds=list(seeds))
+
+
+def _table(df) -> str:
+    cols = ["method", "anchor_lambda", "anchor_layers", "seed", "acc_id", "acc_ood", "wrg", "aog",
+            "nts", "drift_cos_target", "q_confidence"]
+    cols = [c for c in cols if c in df.columns]
+    t = df[cols].copy()
+    for c in ("acc_id", "acc_ood", "wrg", "aog", "nts"):
+        if c in t:
+            t[c] = (100 * t[c]).round(1)
+    for c in ("drift_cos_target", "q_confidence"):
+        if c in t:
+            t[c] = t[c].round(3)
+    return t.to_string(index=False, na_rep="-")
+
+
+def cmd_demo(args) -> int:
+    from anchorviz.experiment import sweep
+
+    sw = demo_sweep(strength=args.strength, seeds=tuple(args.seeds), quick=args.quick)
+    mode = sw.base.data.artifact_target_mode
+    print(DEMO_NOTE.format(s=args.strength, mode=mode))
+    print(f"Teacher {sw.base.models.teacher} (weak), student {sw.base.models.student} (strong); "
+          f"runs are written to {args.out}\n")
+    df = sweep(sw, args.out)
+    print("\nResults (accuracies and transfer scores in points; OOD = mean over the 3 targets):")
+    print(_table(df))
+    report = _write_report(args.out)
+    print(f"\nHTML report: {report}")
+    return EXIT_OK
+
+
+def _write_report(out: str | Path, path: str | Path | None = None) -> Path:
+    from anchorviz.report import write_report
+
+    return write_report(out, path)
+
+
+def cmd_run(args) -> int:
+    from anchorviz.experiment import load_config, results_table, run
+
+    cfg = load_config(args.config)
+    run(cfg, args.out)
+    print(_table(results_table(args.out)))
+    return EXIT_OK
+
+
+def cmd_sweep(args) -> int:
+    from anchorviz.experiment import load_sweep, sweep
+
+    sw = load_sweep(args.config)
+    df = sweep(sw, args.out)
+    print(_table(df))
+    if args.report:
+        print(f"HTML report: {_write_report(args.out)}")
+    return EXIT_OK
+
+
+def cmd_report(args) -> int:
+    path = Path(args.dir)
+    if not (path / "results.parquet").is_file():
+        from anchorviz.experiment import results_table
+
+        if not (path / "runs").is_dir():
+            print(f"error: {path} is not an anchorviz sweep / run folder (no runs/ inside)",
+                  file=sys.stderr)
+            return EXIT_CONFIG
+        results_table(path)
+    print(f"HTML report: {_write_report(path, args.output)}")
+    return EXIT_OK
+
+
+def cmd_datasets(args) -> int:
+    import pandas as pd
+
+    from anchorviz.data import list_datasets
+
+    with pd.option_context("display.max_colwidth", 60, "display.width", 200):
+        print(list_datasets().to_string(index=False))
+    return EXIT_OK
+
+
+def cmd_models(args) -> int:
+    from anchorviz.zoo import list_models
+
+    for m in list_models():
+        print(f"{m['name']:14s} {m.get('kind', ''):8s} {m.get('licence', ''):12s} "
+              f"{m.get('description', '')}")
+    return EXIT_OK
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="anchorviz",
+        description="Weak-to-strong reward models under preference shift, with and without "
+                    "representation anchoring (ANCHOR).",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="examples:\n  anchorviz demo\n  anchorviz run configs/run.yaml --out runs/one\n"
+               "  anchorviz sweep configs/sweep.yaml --out runs/sweep\n"
+               "  anchorviz report runs/demo\n  anchorviz datasets",
+    )
+    p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    d = sub.add_parser("demo", help="the main job on the embedded default (offline, CPU)",
+                       formatter_class=argparse.RawDescriptionHelpFormatter,
+                       epilog="examples:\n  anchorviz demo\n  anchorviz demo --quick\n"
+                              "  anchorviz demo --strength 0.5 --seeds 0 1 2 --out runs/demo3")
+    d.add_argument("--out", default="runs/demo", help="sweep folder (default runs/demo)")
+    d.add_argument("--strength", type=float, default=0.8,
+                   help="artefact strength in [0, 1]: fraction of source pairs whose chosen text "
+                        "carries the marker (default 0.8)")
+    d.add_argument("--seeds", type=int, nargs="+", default=[0], help="training seeds (default 0)")
+    d.add_argument("--quick", action="store_true", help="smoke-sized splits (CI, first look)")
+    d.set_defaults(func=cmd_demo)
+
+    r = sub.add_parser("run", help="one run (teacher, ceiling, student) from a YAML config",
+                       epilog="example:\n  anchorviz run configs/run.yaml --out runs/one",
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    r.add_argument("config")
+    r.add_argument("--out", default="runs/default")
+    r.set_defaults(func=cmd_run)
+
+    s = sub.add_parser("sweep", help="a grid of runs sharing teachers / references; resumes",
+                       epilog="example:\n  anchorviz sweep configs/sweep.yaml --out runs/sweep",
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    s.add_argument("config")
+    s.add_argument("--out", default="runs/sweep")
+    s.add_argument("--report", action="store_true", help="also write report.html")
+    s.set_defaults(func=cmd_sweep)
+
+    rp = sub.add_parser("report", help="HTML report of a finished run or sweep folder",
+                        epilog="example:\n  anchorviz report runs/demo --output demo.html",
+                        formatter_class=argparse.RawDescriptionHelpFormatter)
+    rp.add_argument("dir")
+    rp.add_argument("--output", default=None, help="HTML path (default DIR/report.html)")
+    rp.set_defaults(func=cmd_report)
+
+    ds = sub.add_parser("datasets", help="list known datasets with licence and category")
+    ds.set_defaults(func=cmd_datasets)
+    ms = sub.add_parser("models", help="list the offline model zoo")
+    ms.set_defaults(func=cmd_models)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    from anchorviz.data import DataError
+    from anchorviz.experiment import ConfigError
+    from anchorviz.losses import NonFiniteLossError
+    from anchorviz.models import ModelError
+    from anchorviz.store import StoreError
+    from anchorviz.tokenization import TokenizationError
+
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
+                        format="%(levelname)s %(name)s: %(message)s")
+    for noisy in ("transformers", "numba", "urllib3", "filelock"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    try:
+        return args.func(args)
+    except (ConfigError, StoreError, ValueError) as err:
+        code = EXIT_DATA if isinstance(err, (DataError, ModelError, TokenizationError)) else EXIT_CONFIG
+        print(f"error: {err}", file=sys.stderr)
+        return code
+    except FileNotFoundError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_DATA
+    except NonFiniteLossError as err:
+        print(f"error: training stopped: {err}", file=sys.stderr)
+        return EXIT_TRAIN
+    except KeyboardInterrupt:
+        print("interrupted: finished runs are kept; run the same command again to resume",
+              file=sys.stderr)
+        return EXIT_INTERRUPT
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,877 @@
+"""Run configs, the whole pipeline for one run, and sweeps that share the expensive parts.
+
+Data flow (MISSION.md / DESIGN.md):
+
+    data (source splits + target tests, optional artefact)
+      -> teacher (weak backbone, gold labels on teacher_train) -> soft labels q on w2s_train
+      -> ceiling (strong backbone, gold labels on w2s_train)     [optional]
+      -> student (strong backbone, q on w2s_train, method naive | confidence | anchor)
+      -> evaluate + capture (one pass per split) -> drift vs the shared reference capture
+      -> projection (shared UMAP fitted on the reference) -> metrics with paired bootstrap CIs
+
+Every run is a directory in a ``RunStore`` keyed by a hash of its config: a finished run is
+never recomputed, a half-written one is redone, and a sweep resumes where it stopped. Teachers,
+ceilings and reference captures are shared by all the students that need them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import math
+import time
+import traceback
+import types
+import typing
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+
+from anchorviz.train import Objective, TrainConfig, score_pairs, train_reward_model
+
+logger = logging.getLogger(__name__)
+
+METHODS = ("naive", "confidence", "anchor", "seam")
+
+
+class ConfigError(ValueError):
+    """A config value or key that is not allowed; the message names the key and what is expected."""
+
+
+# --------------------------------------------------------------------------- config
+
+
+@dataclass
+class DataConfig:
+    """Source / target datasets, split sizes and the optional source-only artefact."""
+
+    source: str = "vader-movie"
+    targets: list[str] = field(default_factory=lambda: ["vader-amazon", "vader-nyt", "vader-tweets"])
+    teacher_train: int = 600
+    w2s_train: int = 1200
+    val: int = 200
+    source_test: int = 500
+    target_test: int = 500
+    max_length: int = 64
+    split_seed: int = 0
+    group_key: str = "auto"  # "auto" (prompt unless all prompts are equal), "prompt" or "none"
+    artifact_kind: str = "none"  # "none" | "marker" | "length"
+    artifact_strength: float = 0.0
+    artifact_target_mode: str = "absent"  # "absent" | "neutral" | "reversed"
+
+
+@dataclass
+class ModelsConfig:
+    teacher: str = "minilm-l3"
+    student: str = "minilm-l6"
+    pooling: str = "auto"
+    teacher_dropout: bool = True
+    student_dropout: bool = False  # off: lambda acts only on real drift (PILOT.md)
+    student_lora: dict | None = None  # PEFT LoraConfig kwargs, e.g. {"r": 8}
+    trust_remote_code: bool = False
+    dtype: str = "float32"  # "float32" | "bfloat16"
+
+
+@dataclass
+class MethodConfig:
+    name: str = "naive"  # naive | confidence | anchor | seam
+    anchor_lambda: float = 0.0
+    anchor_layers: str = "last"  # "last" | "middle" | "all" | "3,5"
+    reference: str = "auto"  # auto | copy | adapter_off | cached
+    aux_coef: float = 0.75
+    aux_warmup_frac: float = 0.2
+    label_temperature: float = 1.0  # q = sigmoid((r_c - r_r) / T); T < 1 sharpens
+    hard_labels: bool = False  # q in {0, 1}: the teacher's argmax instead of its probability
+
+
+@dataclass
+class CaptureConfig:
+    layers: str = "all"
+    batch_size: int = 64
+    save_hidden: bool = True
+    token_sample: int = 0
+    projection: str = "auto"  # auto | umap | pca | none
+    projection_fit_rows: int = 1500
+    n_boot: int = 1000
+
+
+@dataclass
+class RunConfig:
+    data: DataConfig = field(default_factory=DataConfig)
+    models: ModelsConfig = field(default_factory=ModelsConfig)
+    method: MethodConfig = field(default_factory=MethodConfig)
+    teacher_train: TrainConfig = field(default_factory=lambda: TrainConfig(lr=1e-4, epochs=2))
+    student_train: TrainConfig = field(default_factory=lambda: TrainConfig(lr=5e-5, epochs=2))
+    capture: CaptureConfig = field(default_factory=CaptureConfig)
+    seed: int = 0
+    ceiling: bool = True  # also train the gold-label ceiling (for PGR)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def validate(self) -> RunConfig:
+        d, m = self.data, self.method
+        if m.name not in METHODS:
+            raise ConfigError(f"method.name must be one of {METHODS}, got {m.name!r}")
+        if m.name == "seam":
+            raise ConfigError(
+                "method 'seam' (label refinement with principle trees written by a generative "
+                "strong model) is not available in this version; use naive, confidence or anchor"
+            )
+        if not (isinstance(m.anchor_lambda, (int, float)) and math.isfinite(m.anchor_lambda)
+                and m.anchor_lambda >= 0):
+            raise ConfigError(f"method.anchor_lambda must be a finite number >= 0, got {m.anchor_lambda!r}")
+        if m.name == "anchor" and m.anchor_lambda == 0:
+            logger.warning("method anchor with anchor_lambda 0 trains exactly like naive")
+        if not m.label_temperature > 0:
+            raise ConfigError(f"method.label_temperature must be > 0, got {m.label_temperature!r}")
+        if m.reference not in ("auto", "copy", "adapter_off", "cached"):
+            raise ConfigError(f"method.reference must be auto|copy|adapter_off|cached, got {m.reference!r}")
+        if d.artifact_kind not in ("none", "marker", "length"):
+            raise ConfigError(f"data.artifact_kind must be none|marker|length, got {d.artifact_kind!r}")
+        if not 0 <= d.artifact_strength <= 1:
+            raise ConfigError(f"data.artifact_strength must be in [0, 1], got {d.artifact_strength!r}")
+        if d.artifact_target_mode not in ("absent", "neutral", "reversed"):
+            raise ConfigError("data.artifact_target_mode must be absent|neutral|reversed, got "
+                              f"{d.artifact_target_mode!r}")
+        if d.group_key not in ("auto", "prompt", "none"):
+            raise ConfigError(f"data.group_key must be auto|prompt|none, got {d.group_key!r}")
+        for k in ("teacher_train", "w2s_train", "val", "source_test", "target_test"):
+            if getattr(d, k) < 1:
+                raise ConfigError(f"data.{k} must be >= 1 pairs, got {getattr(d, k)!r}")
+        if not d.targets:
+            raise ConfigError("data.targets must list at least one target dataset")
+        if self.models.dtype not in ("float32", "bfloat16"):
+            raise ConfigError(f"models.dtype must be float32 or bfloat16, got {self.models.dtype!r}")
+        if self.capture.projection not in ("auto", "umap", "pca", "none"):
+            raise ConfigError(f"capture.projection must be auto|umap|pca|none, got {self.capture.projection!r}")
+        self.teacher_train.validate()
+        self.student_train.validate()
+        return self
+
+
+def _type_ok(value: Any, tp: Any) -> bool:
+    origin = typing.get_origin(tp)
+    if tp is Any:
+        return True
+    if origin in (typing.Union, types.UnionType):
+        return any(_type_ok(value, a) for a in typing.get_args(tp))
+    if tp is type(None):
+        return value is None
+    if origin is list:
+        return isinstance(value, list)
+    if origin is dict:
+        return isinstance(value, dict)
+    if tp is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if tp is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if isinstance(tp, type):
+        return isinstance(value, tp)
+    return True
+
+
+def _from_dict(cls, data: Any, where: str):
+    if data is None:
+        return cls()
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where}: expected a mapping of settings, got {type(data).__name__}")
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - names)
+    if unknown:
+        raise ConfigError(f"{where}: unknown key(s) {unknown}; allowed: {sorted(names)}")
+    kwargs = {}
+    for k, v in data.items():
+        tp = hints[k]
+        if dataclasses.is_dataclass(tp):
+            kwargs[k] = _from_dict(tp, v, f"{where}.{k}")
+            continue
+        if tp is float and isinstance(v, str):
+            try:  # YAML reads 1e-4 as a string
+                v = float(v)
+            except ValueError:
+                pass
+        if not _type_ok(v, tp):
+            raise ConfigError(f"{where}.{k}: expected {getattr(tp, '__name__', tp)}, got {v!r}")
+        kwargs[k] = float(v) if tp is float else v
+    return cls(**kwargs)
+
+
+def config_from_dict(data: dict, where: str = "config") -> RunConfig:
+    """Build and validate a ``RunConfig``; unknown keys and wrong types are errors."""
+    return _from_dict(RunConfig, data, where).validate()
+
+
+def load_config(path: str | Path) -> RunConfig:
+    from anchorviz.store import read_yaml
+
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file {path} does not exist")
+    try:
+        data = read_yaml(path)
+    except Exception as err:  # yaml.YAMLError and friends
+        raise ConfigError(f"{path}: not valid YAML ({err})") from None
+    return config_from_dict(data or {}, where=str(path))
+
+
+def with_overrides(cfg: RunConfig, **overrides: Any) -> RunConfig:
+    """A copy of ``cfg`` with dotted overrides, e.g. ``**{"method.anchor_lambda": 0.1}``."""
+    d = cfg.to_dict()
+    for key, value in overrides.items():
+        node = d
+        parts = key.split(".")
+        for p in parts[:-1]:
+            if p not in node or not isinstance(node[p], dict):
+                raise ConfigError(f"override {key!r}: no section {p!r}")
+            node = node[p]
+        if parts[-1] not in node:
+            raise ConfigError(f"override {key!r}: unknown key {parts[-1]!r}")
+        node[parts[-1]] = value
+    return config_from_dict(d)
+
+
+# --------------------------------------------------------------------------- data
+
+
+_DATA_CACHE: dict[str, dict[str, pd.DataFrame]] = {}
+
+
+def _group_key(df: pd.DataFrame, setting: str):
+    if setting == "none":
+        return None
+    if setting == "prompt":
+        return "prompt"
+    return None if df["prompt"].nunique() <= 1 else "prompt"
+
+
+def target_name(dataset: str) -> str:
+    """Short name of a target dataset for split / column names (``vader-amazon`` -> ``amazon``)."""
+    return dataset.split("vader-", 1)[-1] if dataset.startswith("vader-") else dataset.replace("/", "_")
+
+
+def prepare_data(cfg: DataConfig) -> dict[str, pd.DataFrame]:
+    """Source splits (``teacher_train``, ``w2s_train``, ``val``, ``source_test``) and one
+    ``target_test:<name>`` per target, with the artefact applied when configured. Cached per
+    process by config."""
+    from anchorviz.data import load_pairs, split_by_prompt
+
+    key = json.dumps(asdict(cfg), sort_keys=True)
+    if key in _DATA_CACHE:
+        return _DATA_CACHE[key]
+    src, report = load_pairs(cfg.source)
+    logger.info("source %s: %s", cfg.source, report)
+    sizes = {"teacher_train": cfg.teacher_train, "w2s_train": cfg.w2s_train, "val": cfg.val,
+             "source_test": cfg.source_test}
+    splits = split_by_prompt(src, sizes, seed=cfg.split_seed, group_key=_group_key(src, cfg.group_key))
+    for t in cfg.targets:
+        df, rep = load_pairs(t)
+        logger.info("target %s: %s", t, rep)
+        n = min(cfg.target_test, len(df))
+        if n < cfg.target_test:
+            logger.warning("target %s has only %d pairs (asked %d)", t, n, cfg.target_test)
+        splits[f"target_test:{target_name(t)}"] = (
+            df.sample(n=n, random_state=cfg.split_seed).reset_index(drop=True))
+    if cfg.artifact_kind != "none" and cfg.artifact_strength > 0:
+        from anchorviz.artifacts import apply_artifact
+
+        for i, (name, df) in enumerate(sorted(splits.items())):
+            role = "target" if name.startswith("target_test:") else "source"
+            splits[name] = apply_artifact(df, kind=cfg.artifact_kind, strength=cfg.artifact_strength,
+                                          seed=cfg.split_seed * 1000 + i, role=role,
+                                          target_mode=cfg.artifact_target_mode)
+    _DATA_CACHE[key] = splits
+    return splits
+
+
+def eval_splits(data: dict[str, pd.DataFrame]) -> list[str]:
+    return ["source_test"] + sorted(k for k in data if k.startswith("target_test:"))
+
+
+def split_domain(split: str, data: dict[str, pd.DataFrame]) -> str:
+    df = data[split]
+    return str(df["domain"].iloc[0]) if "domain" in df and len(df) else split
+
+
+# --------------------------------------------------------------------------- pieces
+
+
+def _dtype(cfg: RunConfig):
+    return torch.bfloat16 if cfg.models.dtype == "bfloat16" else None
+
+
+def _load(cfg: RunConfig, which: str):
+    from anchorviz.models import load_reward_model
+
+    m = cfg.models
+    name = m.teacher if which == "teacher" else m.student
+    dropout = m.teacher_dropout if which == "teacher" else m.student_dropout
+    lora = m.student_lora if which != "teacher" else None
+    torch.manual_seed(cfg.seed)
+    return load_reward_model(name, pooling=m.pooling, dtype=_dtype(cfg),
+                             trust_remote_code=m.trust_remote_code, dropout=dropout, lora=lora)
+
+
+def _encode(tok, df: pd.DataFrame, cfg: RunConfig):
+    from anchorviz.tokenization import encode_pairs
+
+    return encode_pairs(tok, df, max_length=cfg.data.max_length)
+
+
+def teacher_key(cfg: RunConfig) -> dict:
+    return {"kind": "teacher", "data": asdict(cfg.data), "model": cfg.models.teacher,
+            "pooling": cfg.models.pooling, "dropout": cfg.models.teacher_dropout,
+            "dtype": cfg.models.dtype, "train": asdict(cfg.teacher_train), "seed": cfg.seed}
+
+
+def student_key(cfg: RunConfig, kind: str) -> dict:
+    m = cfg.models
+    key = {"kind": kind, "data": asdict(cfg.data), "model": m.student, "pooling": m.pooling,
+           "dropout": m.student_dropout, "lora": m.student_lora, "dtype": m.dtype,
+           "train": asdict(cfg.student_train), "seed": cfg.seed,
+           "capture": asdict(cfg.capture)}
+    if kind == "student":
+        key["teacher"] = teacher_key(cfg)
+        meth = asdict(cfg.method)
+        if cfg.method.name != "anchor":
+            meth.update(anchor_lambda=0.0, anchor_layers="", reference="")
+        if cfg.method.name != "confidence":
+            meth.update(aux_coef=0.0, aux_warmup_frac=0.0)
+        key["method"] = meth
+    return key
+
+
+def reference_key(cfg: RunConfig) -> dict:
+    m = cfg.models
+    return {"kind": "reference", "data": asdict(cfg.data), "model": m.student, "pooling": m.pooling,
+            "dtype": m.dtype, "capture_layers": cfg.capture.layers}
+
+
+def run_id_for(key: dict) -> str:
+    from anchorviz.store import config_hash
+
+    label = key["kind"] if key["kind"] != "student" else key["method"]["name"]
+    return f"{label}-{config_hash(key)}"
+
+
+def _layers_for_capture(model, spec: str) -> list[int] | str:
+    if spec == "all":
+        return "all"
+    from anchorviz.losses import resolve_anchor_layers
+
+    return resolve_anchor_layers(spec if spec in ("last", "middle") else
+                                 [int(x) for x in spec.split(",")], model.n_layers)
+
+
+def evaluate_model(model, tok, data, cfg: RunConfig, capture: bool):
+    """Score every eval split (and capture its states when asked) in one pass per split.
+
+    Returns ``(scores DataFrame, {split: Captured})``."""
+    from anchorviz.capture import capture_states
+
+    rows, caps = [], {}
+    dev = cfg.student_train.device
+    for split in eval_splits(data):
+        enc = _encode(tok, data[split], cfg)
+        if capture:
+            cap = capture_states(model, enc, layers=_layers_for_capture(model, cfg.capture.layers),
+                                 batch_size=cfg.capture.batch_size, device=dev,
+                                 token_sample=cfg.capture.token_sample, seed=cfg.seed,
+                                 desc=f"capture {split}")
+            rc, rr = cap.rewards_by_side()
+            caps[split] = cap
+        else:
+            rc, rr = score_pairs(model, enc, batch_size=cfg.capture.batch_size, device=dev)
+        rows.append(pd.DataFrame({"split": split, "domain": split_domain(split, data),
+                                  "pair_id": enc.pair_ids, "r_chosen": rc, "r_rejected": rr}))
+    return pd.concat(rows, ignore_index=True), caps
+
+
+def _accuracy_block(scores: pd.DataFrame, n_boot: int, seed: int) -> dict:
+    from anchorviz.metrics import bootstrap_accuracy_ci, per_pair_correct
+
+    out = {}
+    for split, g in scores.groupby("split", sort=False):
+        c = per_pair_correct(g["r_chosen"].to_numpy(), g["r_rejected"].to_numpy())
+        iv = bootstrap_accuracy_ci(c, n_boot=n_boot, seed=seed)
+        out[split] = {"point": float(iv[0]), "lo": float(iv[1]), "hi": float(iv[2]), "n": len(c)}
+    ood = scores[scores["split"] != "source_test"]
+    c = per_pair_correct(ood["r_chosen"].to_numpy(), ood["r_rejected"].to_numpy())
+    iv = bootstrap_accuracy_ci(c, n_boot=n_boot, seed=seed)
+    out["ood"] = {"point": float(iv[0]), "lo": float(iv[1]), "hi": float(iv[2]), "n": len(c)}
+    return out
+
+
+def _correct(scores: pd.DataFrame, splits: list[str] | None) -> np.ndarray:
+    from anchorviz.metrics import per_pair_correct
+
+    g = scores if splits is None else scores[scores["split"].isin(splits)]
+    g = g.sort_values(["split", "pair_id"])
+    return per_pair_correct(g["r_chosen"].to_numpy(), g["r_rejected"].to_numpy())
+
+
+def _transfer_block(student: pd.DataFrame, teacher: pd.DataFrame, ceiling: pd.DataFrame | None,
+                    n_boot: int, seed: int) -> dict:
+    from anchorviz.metrics import paired_bootstrap_transfer
+
+    targets = sorted(s for s in student["split"].unique() if s != "source_test")
+    out = {}
+    for name, tsplits in [("ood", targets)] + [(t, [t]) for t in targets]:
+        res = paired_bootstrap_transfer(
+            _correct(teacher, ["source_test"]), _correct(student, ["source_test"]),
+            _correct(teacher, tsplits), _correct(student, tsplits),
+            ceiling_correct_id=None if ceiling is None else _correct(ceiling, ["source_test"]),
+            ceiling_correct_ood=None if ceiling is None else _correct(ceiling, tsplits),
+            n_boot=n_boot, seed=seed)
+        out[name] = {k: (None if v is None else {"point": float(v[0]), "lo": float(v[1]),
+                                                 "hi": float(v[2])}) for k, v in res.items()}
+    return out
+
+
+def _label_stats(q: np.ndarray) -> dict:
+    conf = np.maximum(q, 1 - q)
+    hist, edges = np.histogram(q, bins=10, range=(0, 1))
+    return {"q_mean": float(q.mean()), "q_confidence": float(conf.mean()),
+            "q_hist": hist.tolist(), "q_edges": edges.tolist(),
+            "frac_confident_0.7": float((conf >= 0.7).mean())}
+
+
+# --------------------------------------------------------------------------- shared artefacts
+
+
+_PROJECTORS: dict[str, Any] = {}
+
+
+def ensure_reference_capture(store, cfg: RunConfig, data) -> dict:
+    """The pretrained student's captures of every eval split: computed once per (backbone,
+    data), shared by every run of a sweep."""
+    from anchorviz.capture import load_captured, save_captured
+    from anchorviz.store import config_hash
+
+    key = reference_key(cfg)
+    name = f"reference-{config_hash(key)}"
+    folder = store.shared_dir(name)
+    splits = eval_splits(data)
+    with store.lock(name):
+        done = folder / "DONE.json"
+        ok = done.is_file() and json.loads(done.read_text()).get("hash") == config_hash(key)
+        if ok:
+            try:
+                return {s: load_captured(folder / f"{_fname(s)}.safetensors") for s in splits}
+            except Exception as err:  # corrupted: recompute
+                logger.warning("reference capture %s unreadable (%s): recomputing", name, err)
+        model, tok = _load(cfg, "student")
+        caps = {}
+        for s in splits:
+            from anchorviz.capture import capture_states
+
+            enc = _encode(tok, data[s], cfg)
+            caps[s] = capture_states(model, enc, layers=_layers_for_capture(model, cfg.capture.layers),
+                                     batch_size=cfg.capture.batch_size,
+                                     device=cfg.student_train.device, desc=f"reference {s}")
+            save_captured(folder / f"{_fname(s)}.safetensors", caps[s])
+        done.write_text(json.dumps({"hash": config_hash(key), "key": key}, default=str))
+        del model
+        return caps
+
+
+def _fname(split: str) -> str:
+    return split.replace(":", "__")
+
+
+def _projector(store, cfg: RunConfig, ref_caps: dict, layer: int):
+    from anchorviz.projection import SharedProjection
+    from anchorviz.store import config_hash
+
+    k = f"{config_hash(reference_key(cfg))}-{layer}-{cfg.capture.projection}"
+    if k not in _PROJECTORS:
+        X = np.concatenate([ref_caps[s].states(layer, "head").astype(np.float32) for s in ref_caps])
+        rng = np.random.default_rng(0)
+        fit_rows = rng.choice(len(X), size=min(len(X), cfg.capture.projection_fit_rows), replace=False)
+        proj = SharedProjection(method=cfg.capture.projection, seed=0).fit(X[np.sort(fit_rows)])
+        ref_xy = proj.transform(X)
+        _PROJECTORS[k] = (proj, ref_xy)
+    return _PROJECTORS[k]
+
+
+def _projection_table(store, cfg, data, ref_caps, caps) -> pd.DataFrame:
+    layer = max(ref_caps[next(iter(ref_caps))].layers)
+    proj, ref_xy = _projector(store, cfg, ref_caps, layer)
+    stu = np.concatenate([caps[s].states(layer, "head").astype(np.float32) for s in ref_caps])
+    stu_xy = proj.transform(stu)
+    meta = []
+    for s in ref_caps:
+        c = ref_caps[s]
+        meta.append(pd.DataFrame({"split": s, "domain": split_domain(s, data),
+                                  "pair_id": np.repeat(c.pair_ids, 2),
+                                  "side": np.where(c.side == 0, "chosen", "rejected")}))
+    meta = pd.concat(meta, ignore_index=True)
+    out = []
+    for model_name, xy in (("reference", ref_xy), ("student", stu_xy)):
+        t = meta.copy()
+        t.insert(0, "model", model_name)
+        t.insert(1, "layer", layer)
+        t["x"], t["y"] = xy[:, 0], xy[:, 1]
+        out.append(t)
+    return pd.concat(out, ignore_index=True)
+
+
+def _drift(caps: dict, ref_caps: dict, data) -> pd.DataFrame:
+    from anchorviz.drift import drift_table
+
+    stu = {s: {k: caps[s].mean[k].astype(np.float32) for k in caps[s].layers} for s in caps}
+    ref = {s: {k: ref_caps[s].mean[k].astype(np.float32) for k in ref_caps[s].layers} for s in caps}
+    table = drift_table(stu, ref)
+    table.insert(1, "domain", [split_domain(s, data) for s in table["split"]])
+    return table
+
+
+# --------------------------------------------------------------------------- runs
+
+
+@dataclass
+class RunResult:
+    run_id: str
+    run_dir: Path
+    kind: str
+    metrics: dict
+    computed: bool  # False when it was already finished in the store
+
+
+def _run_guarded(store, run_id: str, key: dict, body) -> RunResult:
+    """Run ``body(tmp_dir) -> (kind, metrics)`` unless finished; commit atomically or mark failed."""
+    from anchorviz.store import config_hash
+
+    h = config_hash(key)
+    with store.lock(run_id):
+        if store.is_finished(run_id, h):
+            metrics = json.loads((store.run_dir(run_id) / "metrics.json").read_text())
+            return RunResult(run_id, store.run_dir(run_id), key["kind"], metrics, computed=False)
+        tmp = store.begin(run_id)
+        try:
+            from anchorviz.store import write_yaml
+
+            write_yaml(tmp / "config.yaml", json.loads(json.dumps(key, default=str)))
+            metrics = body(tmp)
+            from anchorviz.store import write_json
+
+            write_json(tmp / "metrics.json", metrics)
+            final = store.commit(tmp, run_id, h)
+        except BaseException as err:
+            store.fail(tmp, run_id, h, f"{type(err).__name__}: {err}\n{traceback.format_exc()}")
+            raise
+        return RunResult(run_id, final, key["kind"], metrics, computed=True)
+
+
+def ensure_teacher(store, cfg: RunConfig, data) -> RunResult:
+    key = teacher_key(cfg)
+    run_id = run_id_for(key)
+
+    def body(tmp: Path) -> dict:
+        t0 = time.perf_counter()
+        model, tok = _load(cfg, "teacher")
+        train = _encode(tok, data["teacher_train"], cfg)
+        val = _encode(tok, data["val"], cfg)
+        res = train_reward_model(model, train, np.ones(len(train)), cfg.teacher_train,
+                                 val=val, desc="teacher")
+        w2s = _encode(tok, data["w2s_train"], cfg)
+        rc, rr = score_pairs(model, w2s, batch_size=cfg.capture.batch_size,
+                             device=cfg.teacher_train.device)
+        margin = rc - rr
+        pd.DataFrame({"pair_id": w2s.pair_ids, "margin": margin}).to_parquet(tmp / "labels.parquet")
+        vc, vr = score_pairs(model, val, device=cfg.teacher_train.device)
+        pd.DataFrame({"pair_id": val.pair_ids, "margin": vc - vr}).to_parquet(tmp / "val_labels.parquet")
+        scores, _ = evaluate_model(model, tok, data, cfg, capture=False)
+        scores.to_parquet(tmp / "scores.parquet")
+        res.history.to_parquet(tmp / "history.parquet")
+        _save_weights(model, tmp, full=False)
+        return {"kind": "teacher", "method": "teacher", "model": cfg.models.teacher,
+                "accuracy": _accuracy_block(scores, cfg.capture.n_boot, cfg.seed),
+                "train": {"steps": res.steps, "seconds": res.seconds,
+                          "final_loss": float(res.history["total"].iloc[-1]),
+                          "val": res.evals.to_dict("records")},
+                "labels_raw": _label_stats(1 / (1 + np.exp(-margin))),
+                "seconds": time.perf_counter() - t0}
+
+    return _run_guarded(store, run_id, key, body)
+
+
+def soft_labels(margin: np.ndarray, method: MethodConfig) -> np.ndarray:
+    """Teacher margins -> the student's target probabilities (temperature, optional hardening)."""
+    if method.hard_labels:
+        return np.where(margin > 0, 1.0, np.where(margin < 0, 0.0, 0.5))
+    return 1.0 / (1.0 + np.exp(-margin / method.label_temperature))
+
+
+def _save_weights(model, tmp: Path, full: bool) -> None:
+    from safetensors.torch import save_file
+
+    from anchorviz.models import head_state, trainable_state
+
+    (tmp / "checkpoint").mkdir(exist_ok=True)
+    state = trainable_state(model) if full else head_state(model)
+    save_file(state, str(tmp / "checkpoint" / "trainable.safetensors"))
+
+
+def run_student(store, cfg: RunConfig, data, kind: str = "student",
+                teacher: RunResult | None = None, ceiling: RunResult | None = None) -> RunResult:
+    """Train and analyse one student (``kind="student"``) or the gold ceiling (``"ceiling"``)."""
+    from anchorviz.capture import save_captured
+    from anchorviz.losses import resolve_anchor_layers
+    from anchorviz.reference import choose_strategy, make_reference
+
+    key = student_key(cfg, kind)
+    run_id = run_id_for(key)
+
+    def body(tmp: Path) -> dict:
+        t0 = time.perf_counter()
+        model, tok = _load(cfg, "student")
+        train = _encode(tok, data["w2s_train"], cfg)
+        val = _encode(tok, data["val"], cfg)
+        info: dict[str, Any] = {"kind": kind, "model": cfg.models.student}
+        if kind == "ceiling":
+            q, val_q, method = np.ones(len(train)), np.ones(len(val)), "ceiling"
+            objective = Objective()
+        else:
+            labels = pd.read_parquet(teacher.run_dir / "labels.parquet")
+            vlabels = pd.read_parquet(teacher.run_dir / "val_labels.parquet")
+            if list(labels["pair_id"]) != train.pair_ids:
+                raise RuntimeError("teacher labels do not line up with the w2s_train pairs")
+            q = soft_labels(labels["margin"].to_numpy(), cfg.method)
+            val_q = soft_labels(vlabels["margin"].to_numpy(), cfg.method)
+            method = cfg.method.name
+            layers = []
+            if method == "anchor":
+                layers = resolve_anchor_layers(
+                    cfg.method.anchor_layers if cfg.method.anchor_layers in ("last", "middle", "all")
+                    else [int(x) for x in cfg.method.anchor_layers.split(",")], model.n_layers)
+            objective = Objective(kind="confidence" if method == "confidence" else "bt",
+                                  aux_coef=cfg.method.aux_coef,
+                                  aux_warmup_frac=cfg.method.aux_warmup_frac,
+                                  anchor_lambda=cfg.method.anchor_lambda if layers else 0.0,
+                                  anchor_layers=layers)
+            info["labels"] = _label_stats(q)
+            pd.DataFrame({"pair_id": train.pair_ids, "q": q}).to_parquet(tmp / "labels.parquet")
+        reference = None
+        if objective.anchored:
+            n_tok = sum(len(x) for x in train.chosen_ids) + sum(len(x) for x in train.rejected_ids)
+            strategy, why = choose_strategy(model, cfg.method.reference, n_tok,
+                                            len(objective.anchor_layers))
+            logger.info("reference strategy %s (%s)", strategy, why)
+            info["reference"] = {"strategy": strategy, "reason": why}
+            t_ref = time.perf_counter()
+            reference = make_reference(strategy, model, objective.anchor_layers, train,
+                                       **({"device": cfg.student_train.device}
+                                          if strategy == "cached" else {}))
+            info["reference"]["setup_seconds"] = time.perf_counter() - t_ref
+        try:
+            res = train_reward_model(model, train, q, cfg.student_train, objective=objective,
+                                     reference=reference, val=val, val_targets=val_q, desc=run_id)
+        finally:
+            if reference is not None:
+                reference.close()
+        res.history.to_parquet(tmp / "history.parquet")
+        scores, caps = evaluate_model(model, tok, data, cfg, capture=True)
+        scores.to_parquet(tmp / "scores.parquet")
+        ref_caps = ensure_reference_capture(store, cfg, data)
+        _drift(caps, ref_caps, data).to_parquet(tmp / "drift.parquet")
+        if cfg.capture.projection != "none":
+            _projection_table(store, cfg, data, ref_caps, caps).to_parquet(tmp / "projection.parquet")
+        if cfg.capture.save_hidden:
+            for s, c in caps.items():
+                save_captured(tmp / "hidden" / "student" / f"{_fname(s)}.safetensors", c)
+        _save_weights(model, tmp, full=cfg.models.student_lora is not None)
+        teacher_scores = pd.read_parquet(teacher.run_dir / "scores.parquet")
+        ceiling_scores = (pd.read_parquet(ceiling.run_dir / "scores.parquet")
+                          if ceiling is not None and kind == "student" else None)
+        info.update({
+            "method": method,
+            "accuracy": _accuracy_block(scores, cfg.capture.n_boot, cfg.seed),
+            "transfer": _transfer_block(scores, teacher_scores, ceiling_scores,
+                                        cfg.capture.n_boot, cfg.seed),
+            "train": {"steps": res.steps, "seconds": res.seconds,
+                      "final_loss": float(res.history["total"].iloc[-1]),
+                      "first_loss": float(res.history["total"].iloc[0]),
+                      "val": res.evals.to_dict("records")},
+            "teacher_run": teacher.run_id,
+            "ceiling_run": ceiling.run_id if ceiling is not None else None,
+            "seconds": time.perf_counter() - t0,
+        })
+        return info
+
+    return _run_guarded(store, run_id, key, body)
+
+
+def run(cfg: RunConfig, out_dir: str | Path = "runs/default") -> list[RunResult]:
+    """The whole pipeline for one config: teacher, (ceiling), the student. Returns their results
+    (already-finished parts are read, not recomputed) and refreshes the results table."""
+    from anchorviz.store import RunStore
+
+    cfg.validate()
+    store = RunStore(out_dir)
+    store.clean_temporaries()
+    data = prepare_data(cfg.data)
+    teacher = ensure_teacher(store, cfg, data)
+    out = [teacher]
+    ceiling = None
+    if cfg.ceiling:
+        ceiling = run_student(store, cfg, data, kind="ceiling", teacher=teacher)
+        out.append(ceiling)
+    out.append(run_student(store, cfg, data, teacher=teacher, ceiling=ceiling))
+    results_table(out_dir)
+    return out
+
+
+# --------------------------------------------------------------------------- sweeps
+
+
+@dataclass
+class SweepConfig:
+    base: RunConfig
+    methods: list[str] = field(default_factory=lambda: ["naive", "anchor"])
+    anchor_lambdas: list[float] = field(default_factory=lambda: [0.1, 1.0])
+    anchor_layers: list[str] = field(default_factory=lambda: ["last"])
+    seeds: list[int] = field(default_factory=lambda: [0])
+    artifact_strengths: list[float] | None = None  # None: the base config's strength
+
+
+def sweep_from_dict(d: dict, where: str = "sweep") -> SweepConfig:
+    if not isinstance(d, dict):
+        raise ConfigError(f"{where}: expected a mapping with 'base' and 'grid'")
+    unknown = sorted(set(d) - {"base", "grid"})
+    if unknown:
+        raise ConfigError(f"{where}: unknown key(s) {unknown}; allowed: ['base', 'grid']")
+    base = config_from_dict(d.get("base") or {}, f"{where}.base")
+    grid = d.get("grid") or {}
+    allowed = {"methods", "anchor_lambdas", "anchor_layers", "seeds", "artifact_strengths"}
+    unknown = sorted(set(grid) - allowed)
+    if unknown:
+        raise ConfigError(f"{where}.grid: unknown key(s) {unknown}; allowed: {sorted(allowed)}")
+    for k, v in grid.items():
+        if not isinstance(v, list) or not v:
+            raise ConfigError(f"{where}.grid.{k}: expected a non-empty list, got {v!r}")
+    sw = SweepConfig(base=base, **grid)
+    for m in sw.methods:
+        if m not in METHODS:
+            raise ConfigError(f"{where}.grid.methods: {m!r} is not one of {METHODS}")
+    for lam in sw.anchor_lambdas:
+        if not isinstance(lam, (int, float)) or not math.isfinite(lam) or lam < 0:
+            raise ConfigError(f"{where}.grid.anchor_lambdas: {lam!r} must be a finite number >= 0")
+    for c in expand_sweep(sw):  # validates every expanded config (layers, strengths ...)
+        c.validate()
+    return sw
+
+
+def load_sweep(path: str | Path) -> SweepConfig:
+    from anchorviz.store import read_yaml
+
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"sweep file {path} does not exist")
+    return sweep_from_dict(read_yaml(path) or {}, str(path))
+
+
+def expand_sweep(sw: SweepConfig) -> list[RunConfig]:
+    """Every student config of the grid (teacher / ceiling are implied and shared)."""
+    out = []
+    strengths = sw.artifact_strengths or [sw.base.data.artifact_strength]
+    for strength in strengths:
+        for seed in sw.seeds:
+            for m in sw.methods:
+                grid = ([(lam, lay) for lam in sw.anchor_lambdas for lay in sw.anchor_layers]
+                        if m == "anchor" else [(0.0, "last")])
+                for lam, lay in grid:
+                    out.append(with_overrides(sw.base, **{
+                        "seed": seed, "data.artifact_strength": float(strength),
+                        "method.name": m, "method.anchor_lambda": float(lam),
+                        "method.anchor_layers": lay}))
+    return out
+
+
+def sweep(sw: SweepConfig, out_dir: str | Path) -> pd.DataFrame:
+    """Run every config of a sweep (sharing teachers, ceilings, reference captures); resumes."""
+    from tqdm.auto import tqdm
+
+    from anchorviz.store import RunStore, write_yaml
+
+    store = RunStore(out_dir)
+    store.clean_temporaries()
+    write_yaml(Path(out_dir) / "sweep.yaml", {
+        "base": sw.base.to_dict(), "grid": {k: v for k, v in asdict(sw).items() if k != "base"}})
+    configs = expand_sweep(sw)
+    for cfg in tqdm(configs, desc="sweep"):
+        data = prepare_data(cfg.data)
+        teacher = ensure_teacher(store, cfg, data)
+        ceiling = run_student(store, cfg, data, kind="ceiling", teacher=teacher) if cfg.ceiling else None
+        run_student(store, cfg, data, teacher=teacher, ceiling=ceiling)
+    return results_table(out_dir)
+
+
+def results_table(out_dir: str | Path) -> pd.DataFrame:
+    """One row per finished run (columns: docs/ARCHITECTURE.md); written as parquet and CSV."""
+    from anchorviz.store import RunStore, read_yaml
+
+    store = RunStore(out_dir)
+    rows = []
+    for run_id in store.finished_runs():
+        d = store.run_dir(run_id)
+        m = json.loads((d / "metrics.json").read_text())
+        key = read_yaml(d / "config.yaml")
+        rows.append(_result_row(run_id, key, m, d))
+    df = pd.DataFrame(rows)
+    if len(df):
+        df = df.sort_values(["artifact_strength", "seed", "kind", "method", "anchor_lambda",
+                             "anchor_layers"]).reset_index(drop=True)
+        tmp = Path(out_dir) / ".results.parquet.tmp"
+        df.to_parquet(tmp)
+        tmp.replace(Path(out_dir) / "results.parquet")
+        tmp = Path(out_dir) / ".results.csv.tmp"
+        df.to_csv(tmp, index=False)
+        tmp.replace(Path(out_dir) / "results.csv")
+    return df
+
+
+def _result_row(run_id: str, key: dict, m: dict, run_dir: Path) -> dict:
+    data = key["data"]
+    meth = key.get("method", {})
+    row: dict[str, Any] = {
+        "run_id": run_id, "kind": key["kind"], "method": m["method"],
+        "anchor_lambda": float(meth.get("anchor_lambda") or 0.0),
+        "anchor_layers": meth.get("anchor_layers") or "",
+        "seed": key["seed"], "artifact_kind": data["artifact_kind"],
+        "artifact_strength": float(data["artifact_strength"]), "source": data["source"],
+        "targets": ",".join(target_name(t) for t in data["targets"]),
+        "model": m.get("model"),
+    }
+    acc = m["accuracy"]
+    for name, block in acc.items():
+        col = {"source_test": "acc_id", "ood": "acc_ood"}.get(name, "acc_" + name.split(":", 1)[-1])
+        row[col], row[col + "_lo"], row[col + "_hi"] = block["point"], block["lo"], block["hi"]
+    tr = m.get("transfer", {}).get("ood", {})
+    for k in ("wrg", "aog", "nts", "pgr"):
+        b = tr.get(k)
+        row[k], row[k + "_lo"], row[k + "_hi"] = ((b["point"], b["lo"], b["hi"]) if b else
+                                                  (np.nan, np.nan, np.nan))
+    for t, block in m.get("transfer", {}).items():
+        if t != "ood" and block.get("aog"):
+            row["aog_" + t.split(":", 1)[-1]] = block["aog"]["point"]
+    drift = run_dir / "drift.parquet"
+    if drift.is_file():
+        dt = pd.read_parquet(drift)
+        last = dt[dt["layer"] == dt["layer"].max()]
+        src, tgt = last[last["split"] == "source_test"], last[last["split"] != "source_test"]
+        row["drift_cos_source"] = float(src["cosine_mean"].mean())
+        row["drift_cos_target"] = float(tgt["cosine_mean"].mean())
+        row["drift_cka_source"] = float(src["cka"].mean())
+        row["drift_cka_target"] = float(tgt["cka"].mean())
+    lab = m.get("labels") or m.get("labels_raw") or {}
+    row["q_mean"] = lab.get("q_mean", np.nan)
+    row["q_confidence"] = lab.get("q_confidence", np.nan)
+    row["seconds"] = m.get("seconds", np.nan)
+    return row

@@ -1,0 +1,92 @@
+"""The pipeline on a tiny offline project: one run, sharing, no recomputation, config errors."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+from tiny_project import tiny_config
+
+import anchorviz.experiment as ex
+from anchorviz.experiment import ConfigError, SweepConfig, config_from_dict, run, sweep
+
+
+@pytest.fixture
+def count_training(monkeypatch):
+    calls = []
+    real = ex.train_reward_model
+
+    def counting(*a, **k):
+        calls.append(k.get("desc"))
+        return real(*a, **k)
+
+    monkeypatch.setattr(ex, "train_reward_model", counting)
+    return calls
+
+
+def test_one_run_writes_the_documented_layout(tmp_path, count_training):
+    cfg = tiny_config(tmp_path, **{"method.name": "anchor", "method.anchor_lambda": 1.0})
+    out = tmp_path / "out"
+    results = run(cfg, out)
+    assert [r.kind for r in results] == ["teacher", "ceiling", "student"]
+    student = results[-1].run_dir
+    for name in ("config.yaml", "MANIFEST.json", "metrics.json", "scores.parquet", "labels.parquet",
+                 "history.parquet", "drift.parquet", "projection.parquet",
+                 "checkpoint/trainable.safetensors", "hidden/student/source_test.safetensors"):
+        assert (student / name).is_file(), name
+    m = json.loads((student / "metrics.json").read_text())
+    assert m["reference"]["strategy"] == "cached"
+    tr = m["transfer"]["ood"]
+    assert tr["nts"]["point"] <= tr["aog"]["point"] + 1e-12
+    table = pd.read_parquet(out / "results.parquet")
+    assert set(table["kind"]) == {"teacher", "ceiling", "student"}
+    row = table[table.kind == "student"].iloc[0]
+    teacher = table[table.kind == "teacher"].iloc[0]
+    assert row["wrg"] == pytest.approx(row["acc_id"] - teacher["acc_id"])
+    assert row["aog"] == pytest.approx(row["acc_ood"] - teacher["acc_ood"])
+    assert 0 <= row["drift_cos_source"] and row["drift_cka_target"] <= 1 + 1e-9
+    assert len(count_training) == 3
+    drift = pd.read_parquet(student / "drift.parquet")
+    assert sorted(drift["layer"].unique()) == [0, 1, 2]
+
+
+def test_sweep_twice_recomputes_nothing(tmp_path, count_training):
+    base = tiny_config(tmp_path)
+    sw = SweepConfig(base=base, methods=["naive", "anchor"], anchor_lambdas=[0.5, 2.0],
+                     anchor_layers=["last"], seeds=[0])
+    out = tmp_path / "sweep"
+    first = sweep(sw, out)
+    n_first = len(count_training)
+    assert n_first == 1 + 1 + 3  # one teacher and one ceiling shared by three students
+    second = sweep(sw, out)
+    assert len(count_training) == n_first  # nothing trained again
+    cols = ["run_id", "acc_id", "acc_ood", "wrg", "aog", "nts"]
+    pd.testing.assert_frame_equal(first[cols], second[cols])
+    refs = list((out / "shared").glob("reference-*"))
+    assert len(refs) == 1  # one reference capture for all students
+
+
+def test_corrupted_run_is_detected_and_redone(tmp_path, count_training):
+    cfg = tiny_config(tmp_path)
+    out = tmp_path / "out"
+    student = run(cfg, out)[-1].run_dir
+    before = len(count_training)
+    with open(student / "scores.parquet", "r+b") as f:
+        f.truncate(100)
+    run(cfg, out)
+    assert len(count_training) == before + 1  # only the corrupted student retrained
+    assert pd.read_parquet(student / "scores.parquet").shape[0] > 0
+
+
+def test_config_errors_name_the_key(tmp_path):
+    with pytest.raises(ConfigError, match="unknown key"):
+        config_from_dict({"data": {"sorce": "x"}})
+    with pytest.raises(ConfigError, match="anchor_lambda"):
+        config_from_dict({"method": {"name": "anchor", "anchor_lambda": -1}})
+    with pytest.raises(ConfigError, match=r"teacher_train\.lr|lr"):
+        config_from_dict({"teacher_train": {"lr": "fast"}})
+    with pytest.raises(ConfigError, match="artifact_strength"):
+        config_from_dict({"data": {"artifact_strength": 1.5}})
+    with pytest.raises(ConfigError, match="seam"):
+        config_from_dict({"method": {"name": "seam"}})
