@@ -32,6 +32,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from anchorviz.metrics import pairwise_accuracy
 from anchorviz.train import Objective, TrainConfig, score_pairs, train_reward_model
 
 logger = logging.getLogger(__name__)
@@ -587,6 +588,7 @@ def ensure_teacher(store, cfg: RunConfig, data) -> RunResult:
         pd.DataFrame({"pair_id": w2s.pair_ids, "margin": margin}).to_parquet(tmp / "labels.parquet")
         vc, vr = score_pairs(model, val, device=cfg.teacher_train.device)
         pd.DataFrame({"pair_id": val.pair_ids, "margin": vc - vr}).to_parquet(tmp / "val_labels.parquet")
+        acc_val = float(pairwise_accuracy(vc, vr))
         scores, _ = evaluate_model(model, tok, data, cfg, capture=False)
         scores.to_parquet(tmp / "scores.parquet")
         res.history.to_parquet(tmp / "history.parquet")
@@ -597,6 +599,7 @@ def ensure_teacher(store, cfg: RunConfig, data) -> RunResult:
                           "final_loss": float(res.history["total"].iloc[-1]),
                           "val": res.evals.to_dict("records")},
                 "labels_raw": _label_stats(1 / (1 + np.exp(-margin))),
+                "acc_val": acc_val,
                 "seconds": time.perf_counter() - t0}
 
     return _run_guarded(store, run_id, key, body)
@@ -677,6 +680,11 @@ def run_student(store, cfg: RunConfig, data, kind: str = "student",
             if reference is not None:
                 reference.close()
         res.history.to_parquet(tmp / "history.parquet")
+        # gold accuracy on the SOURCE validation split: for choosing hyper-parameters (lambda,
+        # layers, lr) without looking at any target; training itself never sees these labels
+        vc, vr = score_pairs(model, val, batch_size=cfg.capture.batch_size,
+                             device=cfg.student_train.device)
+        info["acc_val"] = float(pairwise_accuracy(vc, vr))
         scores, caps = evaluate_model(model, tok, data, cfg, capture=True)
         scores.to_parquet(tmp / "scores.parquet")
         ref_caps = ensure_reference_capture(store, cfg, data)
@@ -873,5 +881,6 @@ def _result_row(run_id: str, key: dict, m: dict, run_dir: Path) -> dict:
     lab = m.get("labels") or m.get("labels_raw") or {}
     row["q_mean"] = lab.get("q_mean", np.nan)
     row["q_confidence"] = lab.get("q_confidence", np.nan)
+    row["acc_val"] = m.get("acc_val", np.nan)
     row["seconds"] = m.get("seconds", np.nan)
     return row

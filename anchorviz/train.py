@@ -59,7 +59,7 @@ class TrainConfig:
     early_stopping: bool = False  # keep the weights of the best validation and stop on patience
     patience: int = 2
     device: str = "cpu"
-    bf16: bool = False  # autocast to bfloat16 (CUDA)
+    bf16: bool = False  # autocast to bfloat16 (through Accelerate; CUDA)
     gradient_checkpointing: bool = False
     progress: bool = True
 
@@ -198,7 +198,14 @@ def train_reward_model(
         val_q = _validate_targets(
             np.ones(len(val)) if val_targets is None else val_targets, len(val), f"{desc} val"
         )
-    device = torch.device(config.device)
+    from accelerate import Accelerator
+
+    # Accelerate: one process on a CPU or GPU as is; `accelerate launch` runs DDP, each process
+    # taking its own share of every batch (gradients are averaged by DDP)
+    accelerator = Accelerator(cpu=config.device == "cpu",
+                              mixed_precision="bf16" if config.bf16 else "no")
+    device = accelerator.device
+    rank, world = accelerator.process_index, accelerator.num_processes
     torch.manual_seed(config.seed)
     rng = np.random.default_rng(config.seed)
     model.to(device)
@@ -223,15 +230,12 @@ def train_reward_model(
     total_batches = max(1, round(batches_per_epoch * config.epochs))
     total_steps = math.ceil(total_batches / config.grad_accum)
     warmup = int(config.warmup_frac * total_steps)
+    wrapped, optimizer = accelerator.prepare(model, optimizer)
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda s: lr_factor(s, total_steps, warmup)
     )
     eval_every = config.eval_every or max(1, math.ceil(batches_per_epoch / config.grad_accum))
     layers = list(objective.anchor_layers)
-    autocast = (
-        torch.autocast(device_type=device.type, dtype=torch.bfloat16)
-        if config.bf16 else _nullcontext()
-    )
 
     order: list[int] = []
     history, evals = [], []
@@ -245,11 +249,13 @@ def train_reward_model(
         if not order:
             order = rng.permutation(n).tolist()
         idx, order = order[: config.batch_size], order[config.batch_size :]
+        if world > 1:  # this process's share of the global batch
+            idx = idx[rank::world] or idx[:1]
         batch, index = joint_batch(train, idx)
         batch = batch.to(device)
         q = torch.as_tensor(q_all[idx], dtype=torch.float32, device=device)
-        with autocast:
-            out = model(batch.input_ids, batch.attention_mask, batch.response_mask,
+        with accelerator.autocast():
+            out = wrapped(batch.input_ids, batch.attention_mask, batch.response_mask,
                         layers=layers or None)
         r = out.rewards.float()
         r_a, r_b = r[: len(idx)], r[len(idx) :]
@@ -268,12 +274,12 @@ def train_reward_model(
             loss = loss + objective.anchor_lambda * anch
         terms["total"] = loss
         check_finite_loss(terms, step=step, batch_ids=[train.pair_ids[i] for i in idx])
-        (loss / config.grad_accum).backward()
+        accelerator.backward(loss / config.grad_accum)
         for k, v in terms.items():
             acc_terms[k] = acc_terms.get(k, 0.0) + float(v.detach()) / config.grad_accum
         if (b + 1) % config.grad_accum and b + 1 < total_batches:
             continue
-        grad_norm = torch.nn.utils.clip_grad_norm_(
+        grad_norm = accelerator.clip_grad_norm_(
             [p for p in model.parameters() if p.requires_grad], config.max_grad_norm
         )
         if not torch.isfinite(grad_norm):
@@ -327,9 +333,3 @@ def _evaluate(model, val, val_q, config) -> tuple[float, float]:
     return loss, float(agree.mean())
 
 
-class _nullcontext:
-    def __enter__(self):
-        return None
-
-    def __exit__(self, *exc):
-        return False
