@@ -90,3 +90,13 @@ def test_config_errors_name_the_key(tmp_path):
         config_from_dict({"data": {"artifact_strength": 1.5}})
     with pytest.raises(ConfigError, match="seam"):
         config_from_dict({"method": {"name": "seam"}})
+
+
+def test_example_configs_load():
+    from anchorviz.experiment import expand_sweep, load_config, load_sweep
+    from anchorviz.paths import REPO_ROOT
+
+    cfg = load_config(REPO_ROOT / "configs" / "run.yaml")
+    assert cfg.method.name == "anchor" and cfg.student_train.head_lr == pytest.approx(2e-3)
+    configs = expand_sweep(load_sweep(REPO_ROOT / "configs" / "sweep.yaml"))
+    assert len(configs) == 2 * 3 * (1 + 1 + 2 * 2)  # strengths x seeds x (naive, confidence, 4 anchor)
