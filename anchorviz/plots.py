@@ -1,0 +1,1252 @@
+"""Plotly figures of stored results: each figure is one function of a run or sweep directory.
+
+Nothing here trains or computes representations: every function reads the files that
+``anchorviz.experiment`` wrote (layout: docs/ARCHITECTURE.md, "Sweep and run directories") and
+returns a ``plotly.graph_objects.Figure``. Functions of a sweep also accept an already loaded
+results table (``results=``) and per-run tables, so the widgets can redraw without touching the
+disk.
+
+Figures:
+
+- :func:`accuracy_figure` -- ID vs OOD pairwise accuracy (%) per method, mean over seeds with
+  error bars (t-interval across seeds, the stored bootstrap CI when there is one seed).
+- :func:`transfer_figure` -- WRG / AOG / NTS against the weak teacher, in points.
+- :func:`drift_by_layer_figure` -- linear CKA(student, reference) or cosine drift per layer,
+  one colour per method, one line style per domain (source / each target).
+- :func:`umap_figure` -- reference and student states of one run in one shared 2-D map, with
+  lines from a sample of reference points to where the student put them.
+- :func:`drift_vs_ood_figure` -- drift against OOD gain across runs, Spearman rho with its
+  bootstrap interval (``anchorviz.drift.drift_ood_relation``).
+- :func:`lambda_sweep_figure` -- ID, OOD, NTS and drift against the ANCHOR strength lambda.
+- :func:`label_confidence_figure` -- the teacher's soft labels q: uninformative labels show.
+- :func:`export_figure` -- ``.html`` (self-contained, works offline) or static images.
+
+Accuracies are stored as fractions and shown in percent; transfer scores are differences of
+fractions, shown x100 as points. Readers (:func:`load_results`, :func:`load_run_table`) cache
+by file modification time, so repeated figures do not re-read the disk and a rewritten file is
+read again.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import math
+from collections.abc import Mapping, Sequence
+from os import PathLike as OsPathLike
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+from plotly.colors import sample_colorscale
+from plotly.subplots import make_subplots
+
+from anchorviz.metrics import seed_summary
+
+logger = logging.getLogger(__name__)
+
+#: a directory or file path
+PathLike = str | OsPathLike
+
+__all__ = [
+    "DRIFT_METRICS",
+    "ExportError",
+    "RUN_TABLES",
+    "SPREADS",
+    "accuracy_figure",
+    "drift_by_layer_figure",
+    "drift_curve",
+    "drift_vs_ood_figure",
+    "export_figure",
+    "label_confidence_figure",
+    "lambda_sweep_figure",
+    "load_metrics",
+    "load_results",
+    "load_run_table",
+    "method_label",
+    "metric_summary",
+    "run_path",
+    "select_condition",
+    "sweep_targets",
+    "target_column",
+    "transfer_figure",
+    "umap_figure",
+    "umap_groups",
+    "umap_movement",
+]
+
+RESULTS_FILE = "results.parquet"
+
+#: per-run parquet tables and who writes them (for error messages)
+RUN_TABLES: dict[str, str] = {
+    "scores": "every run",
+    "labels": "teacher runs (pair_id, margin) and students (pair_id, q)",
+    "val_labels": "teacher runs",
+    "history": "every trained run",
+    "drift": "students and the ceiling",
+    "projection": "students and the ceiling (unless capture.projection is 'none')",
+}
+
+#: metric name -> (drift.parquet column, axis label)
+DRIFT_METRICS: dict[str, tuple[str, str]] = {
+    "cka": ("cka", "linear CKA(student, reference)"),
+    "cka_debiased": ("cka_debiased", "debiased linear CKA(student, reference)"),
+    "cosine": ("cosine_mean", "cosine drift 1 - cos (mean over rows)"),
+    "cosine_median": ("cosine_median", "cosine drift 1 - cos (median over rows)"),
+    "cosine_p90": ("cosine_p90", "cosine drift 1 - cos (90th percentile)"),
+}
+
+METHOD_ORDER = ("teacher", "naive", "confidence", "seam", "anchor", "ceiling")
+METHOD_NAMES = {
+    "teacher": "weak teacher (gold labels)",
+    "naive": "naive W2S",
+    "confidence": "confidence W2S",
+    "seam": "SEAM",
+    "anchor": "ANCHOR",
+    "ceiling": "strong ceiling (gold labels)",
+}
+METHOD_COLORS = {
+    "teacher": "#8c8c8c",
+    "naive": "#d62728",
+    "confidence": "#ff7f0e",
+    "seam": "#8c564b",
+    "ceiling": "#2b2b2b",
+}
+# ANCHOR: one colour scale per layer choice, darker = stronger lambda
+_ANCHOR_SCALES = {"last": "Blues", "middle": "Greens", "all": "Purples"}
+_OTHER_ANCHOR_SCALE = "RdPu"
+_LAYER_DASHES = {"last": "solid", "middle": "dash", "all": "dot"}
+_DOMAIN_DASHES = ("solid", "dash", "dot", "dashdot", "longdash", "longdashdot")
+_DOMAIN_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf")
+_SIDE_COLORS = {"chosen": "#2ca02c", "rejected": "#d62728"}
+_GROUP_KEYS = ["method", "anchor_lambda", "anchor_layers"]
+_TRANSFER_NAMES = {
+    "wrg": "WRG: ID gain",
+    "aog": "AOG: OOD gain",
+    "nts": "NTS: OOD gain - ID loss",
+}
+_TOP_LEGEND = {"orientation": "h", "yanchor": "bottom", "y": 1.0, "xanchor": "left", "x": 0.0}
+_IMAGE_SUFFIXES = (".png", ".svg", ".pdf", ".jpg", ".jpeg", ".webp")
+_HTML_SUFFIXES = (".html", ".htm")
+
+
+class ExportError(RuntimeError):
+    """A figure could not be written in the requested format (the message says why and how)."""
+
+
+# --------------------------------------------------------------------------- reading
+
+
+def _existing_dir(path: PathLike, what: str) -> Path:
+    p = Path(path).expanduser()
+    if not p.exists():
+        raise FileNotFoundError(f"{what} {p} does not exist")
+    if not p.is_dir():
+        raise FileNotFoundError(f"{what} {p} is not a directory")
+    return p
+
+
+@functools.lru_cache(maxsize=512)
+def _read_parquet_cached(path: str, mtime_ns: int, size: int) -> pd.DataFrame:
+    # mtime and size are part of the key: a rewritten file is read again
+    logger.debug("reading %s", path)
+    return pd.read_parquet(path)
+
+
+def _read_parquet(path: Path) -> pd.DataFrame:
+    st = path.stat()
+    return _read_parquet_cached(str(path.resolve()), st.st_mtime_ns, st.st_size)
+
+
+def _normalize_results(df: pd.DataFrame, where: str) -> pd.DataFrame:
+    """A copy of a results table with the grouping columns filled and typed."""
+    required = ["run_id", "kind", "method", "seed", "acc_id"]
+    missing = [c for c in required if c not in df.columns]
+    if missing:
+        raise ValueError(f"results table {where} lacks column(s) {missing} "
+                         f"(has {list(df.columns)}); see docs/ARCHITECTURE.md")
+    out = df.copy()
+    defaults: dict[str, Any] = {"anchor_lambda": 0.0, "anchor_layers": "", "artifact_kind": "none",
+                                "artifact_strength": 0.0, "source": "", "targets": ""}
+    for col, value in defaults.items():
+        if col not in out.columns:
+            out[col] = value
+        out[col] = out[col].fillna(value)
+    out["anchor_lambda"] = out["anchor_lambda"].astype(float)
+    out["artifact_strength"] = out["artifact_strength"].astype(float)
+    for col in ("anchor_layers", "artifact_kind", "source", "targets", "method", "kind", "run_id"):
+        out[col] = out[col].astype(str)
+    not_anchor = out["method"] != "anchor"
+    out.loc[not_anchor, "anchor_lambda"] = 0.0
+    out.loc[not_anchor, "anchor_layers"] = ""
+    return out
+
+
+def load_results(sweep_dir: PathLike) -> pd.DataFrame:
+    """The sweep's results table (``results.parquet``; one row per finished run).
+
+    Returns a fresh copy (safe to modify) with ``anchor_lambda`` / ``anchor_layers`` /
+    ``artifact_strength`` filled (0 / "" for runs that are not anchored or have no artefact).
+
+    Raises:
+        FileNotFoundError: the sweep directory or its results file does not exist.
+        ValueError: the table lacks the documented key columns.
+    """
+    root = _existing_dir(sweep_dir, "sweep directory")
+    path = root / RESULTS_FILE
+    if not path.is_file():
+        runs = root / "runs"
+        hint = (f"; {runs} exists: the sweep may still be running (results.parquet is written "
+                "when runs finish)" if runs.is_dir() else
+                "; is this a sweep directory? (expected results.parquet and runs/)")
+        raise FileNotFoundError(f"no results table {path}{hint}")
+    return _normalize_results(_read_parquet(path), str(path))
+
+
+def _results_arg(sweep_dir: PathLike | None, results: pd.DataFrame | None) -> pd.DataFrame:
+    if results is not None:
+        return _normalize_results(results, "passed as results=")
+    if sweep_dir is None:
+        raise ValueError("pass a sweep directory or an already loaded results table (results=)")
+    return load_results(sweep_dir)
+
+
+def run_path(sweep_dir: PathLike, run_id: str) -> Path:
+    """``<sweep_dir>/runs/<run_id>`` (FileNotFoundError naming it when it does not exist)."""
+    return _existing_dir(Path(sweep_dir) / "runs" / run_id, f"run {run_id!r}: directory")
+
+
+def load_run_table(run_dir: PathLike, name: str) -> pd.DataFrame:
+    """One per-run parquet table (``scores``, ``labels``, ``history``, ``drift``, ``projection``).
+
+    Cached by path and modification time: do not modify the returned frame in place (copy it).
+
+    Raises:
+        ValueError: ``name`` is not a known table.
+        FileNotFoundError: the run directory or the table does not exist.
+    """
+    key = name[: -len(".parquet")] if name.endswith(".parquet") else name
+    if key not in RUN_TABLES:
+        raise ValueError(f"unknown run table {name!r}; choose one of {sorted(RUN_TABLES)}")
+    root = _existing_dir(run_dir, "run directory")
+    path = root / f"{key}.parquet"
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} does not exist ({key}.parquet is written by "
+                                f"{RUN_TABLES[key]})")
+    return _read_parquet(path)
+
+
+# --------------------------------------------------------------------------- labels, colours
+
+
+def _layers_label(spec: str) -> str:
+    if spec in ("", "nan"):
+        return ""
+    return {"last": "last layer", "middle": "middle layers", "all": "all layers"}.get(
+        spec, f"layers {spec}")
+
+
+def method_label(method: str, anchor_lambda: float = 0.0, anchor_layers: str = "") -> str:
+    """A reader's name for a method (``"ANCHOR λ=0.1 (last layer)"``, ``"naive W2S"`` ...)."""
+    if method == "anchor":
+        layers = _layers_label(str(anchor_layers))
+        return f"ANCHOR λ={anchor_lambda:g}" + (f" ({layers})" if layers else "")
+    return METHOD_NAMES.get(method, method)
+
+
+def _method_rank(method: str) -> int:
+    return METHOD_ORDER.index(method) if method in METHOD_ORDER else len(METHOD_ORDER) - 1
+
+
+def _layers_rank(spec: str) -> tuple[int, str]:
+    order = {"last": 0, "middle": 1, "all": 2}
+    return (order.get(spec, 3), spec)
+
+
+def _group_table(rows: pd.DataFrame) -> pd.DataFrame:
+    """One row per (method, lambda, layers) with ``label`` and ``color``, in reading order."""
+    groups = rows[_GROUP_KEYS].drop_duplicates().reset_index(drop=True)
+    groups["_rank"] = [(_method_rank(m), _layers_rank(la), lam)
+                       for m, lam, la in groups[_GROUP_KEYS].itertuples(index=False)]
+    groups = groups.sort_values("_rank", kind="stable").drop(columns="_rank").reset_index(drop=True)
+    groups["label"] = [method_label(m, lam, la)
+                       for m, lam, la in groups[_GROUP_KEYS].itertuples(index=False)]
+    groups["color"] = [_group_color(m, lam, la, rows) for m, lam, la in
+                       groups[_GROUP_KEYS].itertuples(index=False)]
+    return groups
+
+
+def _group_color(method: str, anchor_lambda: float, anchor_layers: str,
+                 rows: pd.DataFrame) -> str:
+    if method != "anchor":
+        return METHOD_COLORS.get(method, "#17becf")
+    lams = _unique(rows.loc[rows["method"] == "anchor", "anchor_lambda"])
+    frac = 0.85 if len(lams) < 2 else 0.4 + 0.55 * lams.index(anchor_lambda) / (len(lams) - 1)
+    scale = _ANCHOR_SCALES.get(anchor_layers, _OTHER_ANCHOR_SCALE)
+    return sample_colorscale(scale, [frac])[0]
+
+
+def _group_mask(rows: pd.DataFrame, method: str, anchor_lambda: float,
+                anchor_layers: str) -> pd.Series:
+    return ((rows["method"] == method) & np.isclose(rows["anchor_lambda"], anchor_lambda)
+            & (rows["anchor_layers"] == anchor_layers))
+
+
+# --------------------------------------------------------------------------- selections
+
+
+def _unique(col: pd.Series) -> list[Any]:
+    """Sorted distinct values as plain Python scalars (so messages read ``[0.1, 1.0]``)."""
+    return sorted(v.item() if isinstance(v, np.generic) else v for v in col.unique())
+
+
+def _pick_value(values: Sequence[Any], wanted: Any, what: str, default: str) -> Any:
+    if wanted is None:
+        if len(values) > 1:
+            choice = max(values) if default == "max" else values[0]
+            logger.info("sweep has several %s %s; showing %s (pass %s= to choose)",
+                        what, list(values), choice, what)
+            return choice
+        return values[0]
+    for v in values:
+        if (isinstance(v, float) and isinstance(wanted, (int, float))
+                and math.isclose(v, float(wanted), rel_tol=1e-9, abs_tol=1e-12)) or v == wanted:
+            return v
+    raise ValueError(f"{what} {wanted!r} is not in the sweep; choose one of {list(values)}")
+
+
+def select_condition(results: pd.DataFrame, artifact_strength: float | None = None,
+                     source: str | None = None) -> tuple[pd.DataFrame, str]:
+    """The rows of one experimental condition (one source dataset, one artefact strength).
+
+    Unset, the largest artefact strength (the clearest failure mode) and the first source are
+    chosen; the returned caption names the choice, for figure titles.
+    """
+    if results.empty:
+        raise ValueError("the results table has no runs")
+    src = _pick_value(_unique(results["source"]), source, "source", "first")
+    rows = results[results["source"] == src]
+    strength = _pick_value(_unique(rows["artifact_strength"]), artifact_strength,
+                           "artifact_strength", "max")
+    rows = rows[np.isclose(rows["artifact_strength"], strength)]
+    parts = [f"source {src}"] if src else []
+    kinds = [k for k in rows["artifact_kind"].unique() if k not in ("none", "")]
+    if kinds or results["artifact_strength"].nunique() > 1:
+        parts.append(f"artefact {'/'.join(kinds) or 'none'} strength {strength:g}")
+    return rows, ", ".join(parts)
+
+
+def sweep_targets(results: pd.DataFrame) -> list[str]:
+    """Target names of the sweep (``amazon``, ``nyt`` ...), in the order the sweep lists them."""
+    names: list[str] = []
+    if "targets" in results.columns:
+        for cell in results["targets"].astype(str):
+            for t in cell.split(","):
+                t = t.strip()
+                if t and t != "nan" and t not in names:
+                    names.append(t)
+    if not names:  # fall back to the per-target accuracy columns
+        skip = {"id", "ood"}
+        names = [c[4:] for c in results.columns if c.startswith("acc_")
+                 and not c.endswith(("_lo", "_hi")) and c[4:] not in skip]
+    return names
+
+
+def _target_name(target: str) -> str:
+    return target.split(":", 1)[1] if target.startswith("target_test:") else target
+
+
+def target_column(results: pd.DataFrame, target: str | None, prefix: str = "acc") -> tuple[str, str]:
+    """Column and description of an OOD quantity: ``target=None`` is the mean over targets.
+
+    ``prefix="acc"`` gives ``acc_ood`` / ``acc_<target>``; ``"aog"`` gives ``aog`` /
+    ``aog_<target>``. Raises ValueError listing the sweep's targets when ``target`` is unknown.
+    """
+    targets = sweep_targets(results)
+    if target is None:
+        col = "acc_ood" if prefix == "acc" else prefix
+        desc = "mean over targets " + ", ".join(targets) if targets else "mean over targets"
+        return col, desc
+    name = _target_name(str(target))
+    col = f"{prefix}_{name}"
+    if col not in results.columns:
+        raise ValueError(f"target {target!r} is not in the sweep; choose one of {targets} "
+                         f"(or None for the mean over targets)")
+    return col, f"target {name}"
+
+
+# --------------------------------------------------------------------------- summaries
+
+
+SPREADS = ("auto", "t", "minmax")
+
+
+def _summarize(rows: pd.DataFrame, col: str, confidence: float,
+               spread: str = "auto") -> dict[str, Any]:
+    """Mean over seeds and its interval.
+
+    One seed: the stored interval (``<col>_lo`` / ``_hi``, a bootstrap CI over test pairs).
+    Several seeds: ``spread="t"`` the t-interval of the mean, ``"minmax"`` the range over
+    seeds, ``"auto"`` the range for 2 seeds (a 2-seed t-interval is +-12.7 standard errors)
+    and the t-interval from 3 seeds on.
+    """
+    if spread not in SPREADS:
+        raise ValueError(f"spread must be one of {SPREADS}, got {spread!r}")
+    nothing = {"mean": np.nan, "lo": np.nan, "hi": np.nan, "n": 0, "interval": "no value"}
+    if col not in rows.columns:
+        return nothing
+    ok = rows[np.isfinite(rows[col].astype(float))]
+    n = len(ok)
+    if n == 0:
+        return nothing
+    vals = ok[col].astype(float).to_numpy()
+    if n == 1:
+        lo = float(ok[col + "_lo"].iloc[0]) if col + "_lo" in ok.columns else np.nan
+        hi = float(ok[col + "_hi"].iloc[0]) if col + "_hi" in ok.columns else np.nan
+        how = ("bootstrap CI over test pairs (1 seed)" if np.isfinite(lo) and np.isfinite(hi)
+               else "1 seed, no interval stored")
+        return {"mean": float(vals[0]), "lo": lo, "hi": hi, "n": 1, "interval": how}
+    if spread == "minmax" or (spread == "auto" and n < 3):
+        return {"mean": float(vals.mean()), "lo": float(vals.min()), "hi": float(vals.max()),
+                "n": n, "interval": f"min to max over {n} seeds"}
+    s = seed_summary(vals, confidence=confidence)
+    return {"mean": s.mean, "lo": s.mean - s.half_width, "hi": s.mean + s.half_width, "n": n,
+            "interval": f"{confidence:.0%} t-interval over {n} seeds"}
+
+
+def metric_summary(results: pd.DataFrame, columns: Sequence[str], confidence: float = 0.95,
+                   spread: str = "auto") -> pd.DataFrame:
+    """Mean over seeds with an interval, per method group (method, lambda, layers) and column.
+
+    ``spread``: how several seeds give the interval (see ``SPREADS``): ``"t"`` t-interval,
+    ``"minmax"`` range, ``"auto"`` range for 2 seeds, t-interval from 3.
+
+    Returns a long table: ``method, anchor_lambda, anchor_layers, label, color, column, mean,
+    lo, hi, n, interval`` (values in the stored units: fractions), groups in reading order.
+    """
+    out = []
+    for g in _group_table(results).itertuples(index=False):
+        rows = results[_group_mask(results, g.method, g.anchor_lambda, g.anchor_layers)]
+        for col in columns:
+            out.append({"method": g.method, "anchor_lambda": g.anchor_lambda,
+                        "anchor_layers": g.anchor_layers, "label": g.label, "color": g.color,
+                        "column": col, **_summarize(rows, col, confidence, spread)})
+    return pd.DataFrame(out, columns=["method", "anchor_lambda", "anchor_layers", "label", "color",
+                                      "column", "mean", "lo", "hi", "n", "interval"])
+
+
+def _interval_caption(summary: pd.DataFrame) -> str:
+    kinds = sorted(set(summary.loc[summary["n"] > 0, "interval"]))
+    if not kinds:
+        return "no values"
+    ns = sorted(set(summary.loc[summary["n"] > 0, "n"]))
+    head = f"mean over {ns[-1]} seeds; " if ns[-1] > 1 else ""
+    return head + "error bars: " + "; ".join(kinds)
+
+
+def _bar_arrays(summary: pd.DataFrame, scale: float) -> dict[str, Any]:
+    """Trace properties of one bar series from :func:`metric_summary` rows of one column."""
+    mean = summary["mean"].to_numpy(float) * scale
+    lo = summary["lo"].to_numpy(float) * scale
+    hi = summary["hi"].to_numpy(float) * scale
+    custom = np.empty((len(summary), 4), dtype=object)
+    custom[:, 0], custom[:, 1] = lo, hi
+    custom[:, 2], custom[:, 3] = summary["n"].to_numpy(), summary["interval"].to_numpy()
+    return {
+        "x": summary["label"].tolist(),
+        "y": mean,
+        "error_y": {"type": "data", "symmetric": False, "array": hi - mean,
+                    "arrayminus": mean - lo, "visible": True},
+        "customdata": custom,
+    }
+
+
+def _title(main: str, sub: str = "") -> dict[str, Any]:
+    text = main + (f"<br><sup>{sub}</sup>" if sub else "")
+    return {"text": text, "x": 0.01, "xanchor": "left"}
+
+
+# --------------------------------------------------------------------------- accuracy
+
+
+def accuracy_figure(
+    sweep_dir: PathLike | None = None,
+    *,
+    results: pd.DataFrame | None = None,
+    target: str | None = None,
+    artifact_strength: float | None = None,
+    source: str | None = None,
+    confidence: float = 0.95,
+    spread: str = "auto",
+) -> go.Figure:
+    """In-distribution vs out-of-distribution pairwise accuracy (%) per method.
+
+    One bar pair per method group (teacher, naive, confidence, SEAM, each ANCHOR lambda x
+    layers, ceiling): the mean over seeds, error bars from the t-interval across seeds (the
+    stored bootstrap CI over test pairs when a method has one seed). ``target=None`` shows the
+    mean over targets (``acc_ood``); a target name shows ``acc_<target>``.
+    """
+    res = _results_arg(sweep_dir, results)
+    rows, caption = select_condition(res, artifact_strength, source)
+    ood_col, ood_desc = target_column(rows, target)
+    summary = metric_summary(rows, ["acc_id", ood_col], confidence, spread)
+    fig = go.Figure()
+    src = ", ".join(sorted(rows["source"].unique()))
+    names = {"acc_id": f"in-distribution: {src} test split",
+             ood_col: f"out-of-distribution: {ood_desc}"}
+    colors = {"acc_id": "#1f4e79", ood_col: "#f28e2b"}
+    for col in ("acc_id", ood_col):
+        part = summary[summary["column"] == col]
+        fig.add_trace(go.Bar(
+            name=names[col], marker_color=colors[col], meta={"column": col},
+            hovertemplate=("%{x}<br>" + names[col] + ": %{y:.1f}%<br>interval %{customdata[0]:.1f}"
+                           " to %{customdata[1]:.1f}%<br>%{customdata[3]}<extra></extra>"),
+            **_bar_arrays(part, 100.0)))
+    _accuracy_layout(fig, summary, caption)
+    return fig
+
+
+def _accuracy_layout(fig: go.Figure, summary: pd.DataFrame, caption: str) -> None:
+    lo = np.nanmin(summary[["lo", "mean"]].to_numpy(float)) * 100 if len(summary) else 50.0
+    hi = np.nanmax(summary[["hi", "mean"]].to_numpy(float)) * 100 if len(summary) else 100.0
+    lo = 50.0 if not np.isfinite(lo) or lo >= 52 else max(0.0, math.floor(lo - 5))
+    hi = 100.0 if not np.isfinite(hi) else min(100.0, math.ceil(hi + 3))
+    fig.update_layout(
+        title=_title(f"Pairwise accuracy in and out of distribution ({caption})",
+                     _interval_caption(summary)
+                     + ("; axis starts at chance (50%)" if lo == 50.0 else "")),
+        barmode="group", xaxis_title="method", yaxis_title="pairwise accuracy (%)",
+        yaxis_range=[lo, hi], legend=_TOP_LEGEND, margin={"t": 120}, template="plotly_white",
+    )
+    fig.add_hline(y=50, line={"dash": "dot", "color": "grey"})
+
+
+def transfer_figure(
+    sweep_dir: PathLike | None = None,
+    *,
+    results: pd.DataFrame | None = None,
+    target: str | None = None,
+    artifact_strength: float | None = None,
+    source: str | None = None,
+    confidence: float = 0.95,
+    spread: str = "auto",
+) -> go.Figure:
+    """Transfer scores against the weak teacher, in points (x100), per student method.
+
+    WRG = Acc_student(ID) - Acc_teacher(ID); AOG = Acc_student(OOD) - Acc_teacher(OOD);
+    NTS = AOG - max(0, Acc_teacher(ID) - Acc_student(ID)). ``target=None``: OOD is the mean over
+    targets (stored ``wrg`` / ``aog`` / ``nts``); a target name uses ``aog_<target>`` and its NTS
+    (computed per run; no stored interval, so a single seed has no error bar).
+    """
+    res = _results_arg(sweep_dir, results)
+    rows, caption = select_condition(res, artifact_strength, source)
+    rows = rows[rows["kind"] != "teacher"].copy()
+    if rows.empty:
+        raise ValueError("the sweep has no student or ceiling runs: transfer scores need them")
+    aog_col, ood_desc = target_column(rows, target, prefix="aog")
+    cols = {"wrg": "wrg", "aog": aog_col, "nts": "nts"}
+    if target is not None:
+        rows["nts_target"] = rows[aog_col] - np.maximum(0.0, -rows["wrg"])
+        cols["nts"] = "nts_target"
+    summary = metric_summary(rows, list(cols.values()), confidence, spread)
+    colors = {"wrg": "#4e79a7", "aog": "#f28e2b", "nts": "#59a14f"}
+    fig = go.Figure()
+    for score, col in cols.items():
+        part = summary[summary["column"] == col]
+        name = _TRANSFER_NAMES[score] + ("" if score == "wrg" else f" ({ood_desc})")
+        fig.add_trace(go.Bar(
+            name=name, marker_color=colors[score], meta={"column": col, "score": score},
+            hovertemplate=("%{x}<br>" + name + ": %{y:+.1f} points<br>interval "
+                           "%{customdata[0]:+.1f} to %{customdata[1]:+.1f}<br>%{customdata[3]}"
+                           "<extra></extra>"),
+            **_bar_arrays(part, 100.0)))
+    fig.add_hline(y=0, line={"color": "black", "width": 1})
+    fig.update_layout(
+        title=_title(f"Transfer scores against the weak teacher ({caption})",
+                     "WRG = student - teacher on the source test split; AOG = the same out of "
+                     "distribution; NTS = AOG - any ID loss. " + _interval_caption(summary)),
+        barmode="group", xaxis_title="method", yaxis_title="score (points = accuracy % difference)",
+        legend=_TOP_LEGEND, margin={"t": 120}, template="plotly_white",
+    )
+    return fig
+
+
+# --------------------------------------------------------------------------- drift by layer
+
+
+def _drift_metric(metric: str) -> tuple[str, str]:
+    if metric not in DRIFT_METRICS:
+        raise ValueError(f"unknown drift metric {metric!r}; choose one of {sorted(DRIFT_METRICS)}")
+    return DRIFT_METRICS[metric]
+
+
+def _split_sort_key(split: str) -> tuple[int, str]:
+    return (0 if split == "source_test" else 1, split)
+
+
+def _resolve_splits(available: Sequence[str], split: str | Sequence[str] | None) -> list[str]:
+    """Splits to show: None = all; ``"source"``, a target name or an exact split name."""
+    avail = sorted(set(available), key=_split_sort_key)
+    if split is None:
+        return avail
+    wanted = [split] if isinstance(split, str) else list(split)
+    out = []
+    for w in wanted:
+        name = "source_test" if w in ("source", "source_test") else (
+            w if w.startswith("target_test:") else f"target_test:{w}")
+        if name not in avail:
+            choices = ["source"] + [_target_name(s) for s in avail if s != "source_test"]
+            raise ValueError(f"split {w!r} is not in the drift tables; choose from {choices} "
+                             f"(or the split names {avail})")
+        out.append(name)
+    return out
+
+
+def _split_desc(split: str, table: pd.DataFrame) -> str:
+    dom = ""
+    if "domain" in table.columns:
+        doms = table.loc[table["split"] == split, "domain"].astype(str).unique()
+        dom = doms[0] if len(doms) else ""
+    if split == "source_test":
+        return f"source ({dom})" if dom else "source"
+    name = _target_name(split)
+    return f"target ({dom})" if dom and dom != name else f"target ({name})"
+
+
+def drift_curve(table: pd.DataFrame, metric: str, split: str) -> tuple[np.ndarray, np.ndarray]:
+    """Layers and values of one drift metric on one split of a drift table (layer ascending)."""
+    col, _ = _drift_metric(metric)
+    part = table[table["split"] == split].sort_values("layer")
+    return part["layer"].to_numpy(), part[col].to_numpy(float)
+
+
+def _drift_tables_for(run_ids: Sequence[str], sweep_dir: PathLike | None,
+                      drift_tables: Mapping[str, pd.DataFrame] | None,
+                      strict: bool) -> dict[str, pd.DataFrame]:
+    out = {}
+    for rid in run_ids:
+        if drift_tables is not None and rid in drift_tables:
+            out[rid] = drift_tables[rid]
+            continue
+        if sweep_dir is None:
+            raise ValueError(f"no drift table for run {rid!r}: pass sweep_dir (or drift_tables=)")
+        try:
+            out[rid] = load_run_table(run_path(sweep_dir, rid), "drift")
+        except FileNotFoundError:
+            if strict:
+                raise
+            logger.warning("run %s has no drift.parquet; left out of the drift figure", rid)
+    return out
+
+
+def drift_by_layer_figure(
+    sweep_dir: PathLike | None = None,
+    metric: str = "cka",
+    split: str | Sequence[str] | None = None,
+    runs: Sequence[str] | None = None,
+    *,
+    results: pd.DataFrame | None = None,
+    seed: int | None = None,
+    methods: Sequence[str] | None = None,
+    artifact_strength: float | None = None,
+    source: str | None = None,
+    drift_tables: Mapping[str, pd.DataFrame] | None = None,
+) -> go.Figure:
+    """Drift of the student from its frozen reference per layer, source vs each target.
+
+    Colour = method group (darker blue = stronger last-layer ANCHOR, greens = middle layers);
+    line style = domain (solid source, dashed / dotted targets). ``runs=None`` draws one line
+    per method group and domain, averaged over seeds (or only ``seed``); ``runs=[run_id, ...]``
+    draws those runs, one line each. ``metric``: ``"cka"`` (linear CKA, 1 = same
+    representation up to rotation and scale), ``"cosine"`` (mean 1 - cos, 0 = unchanged) or
+    another key of :data:`DRIFT_METRICS`. ``split``: None (all), ``"source"`` or a target.
+    """
+    col, ylabel = _drift_metric(metric)
+    res = _results_arg(sweep_dir, results)
+    series: list[tuple[str, str, list[str]]] = []  # (label, colour, run ids)
+    caption = ""
+    if runs is not None:
+        runs = list(runs)
+        unknown = [r for r in runs if r not in set(res["run_id"])]
+        if unknown:
+            have = res.loc[res["kind"] != "teacher", "run_id"].tolist()
+            raise ValueError(f"run(s) {unknown} not in the results table; runs with drift: {have}")
+        groups = _group_table(res)
+        for rid in runs:
+            row = res[res["run_id"] == rid].iloc[0]
+            color = groups.loc[_group_mask(groups, row["method"], row["anchor_lambda"],
+                                           row["anchor_layers"]), "color"].iloc[0]
+            label = method_label(row["method"], row["anchor_lambda"], row["anchor_layers"])
+            series.append((f"{label}, seed {row['seed']}", color, [rid]))
+        tables = _drift_tables_for(runs, sweep_dir, drift_tables, strict=True)
+    else:
+        rows, caption = select_condition(res, artifact_strength, source)
+        rows = rows[rows["kind"] != "teacher"]
+        if seed is not None:
+            seeds = _unique(rows["seed"])
+            if seed not in seeds:
+                raise ValueError(f"seed {seed!r} is not in the sweep; choose one of {seeds}")
+            rows = rows[rows["seed"] == seed]
+        if methods is not None:
+            have = _unique(rows["method"])
+            bad = [m for m in methods if m not in have]
+            if bad:
+                raise ValueError(f"method(s) {bad} not in the sweep; choose from {have}")
+            rows = rows[rows["method"].isin(list(methods))]
+        if rows.empty:
+            raise ValueError("no student or ceiling runs to draw drift for")
+        tables = _drift_tables_for(rows["run_id"].tolist(), sweep_dir, drift_tables, strict=False)
+        for g in _group_table(rows).itertuples(index=False):
+            ids = [r for r in rows.loc[_group_mask(rows, g.method, g.anchor_lambda,
+                                                   g.anchor_layers), "run_id"] if r in tables]
+            if ids:
+                n = len(ids)
+                series.append((g.label + (f" (mean of {n} seeds)" if n > 1 else ""), g.color, ids))
+    if not tables:
+        raise ValueError("none of the selected runs has a drift table")
+    all_splits = sorted({s for t in tables.values() for s in t["split"].unique()},
+                        key=_split_sort_key)
+    shown = _resolve_splits(all_splits, split)
+    dashes = {s: _DOMAIN_DASHES[i % len(_DOMAIN_DASHES)] for i, s in enumerate(all_splits)}
+    any_table = next(iter(tables.values()))
+
+    fig = go.Figure()
+    for label, color, ids in series:
+        stacked = pd.concat([tables[r] for r in ids], ignore_index=True)
+        first = True
+        for s in shown:
+            part = stacked[stacked["split"] == s]
+            if part.empty:
+                continue
+            curve = part.groupby("layer", sort=True)[col].mean()
+            desc = _split_desc(s, any_table)
+            fig.add_trace(go.Scatter(
+                x=curve.index.to_numpy(), y=curve.to_numpy(float), mode="lines+markers",
+                name=label, legendgroup=label, showlegend=first,
+                line={"color": color, "dash": dashes[s], "width": 2}, marker={"size": 5},
+                meta={"runs": ids, "split": s, "group": label, "metric": col},
+                hovertemplate=(f"{label}<br>{desc}<br>layer %{{x}}<br>{ylabel}: %{{y:.5g}}"
+                               "<extra></extra>")))
+            first = False
+    for s in shown:  # legend entries for the line styles
+        fig.add_trace(go.Scatter(
+            x=[None], y=[None], mode="lines", name=f"line style: {_split_desc(s, any_table)}",
+            line={"color": "grey", "dash": dashes[s]}, hoverinfo="skip",
+            meta={"legend_only": True, "split": s}))
+    what = "similarity" if col.startswith("cka") else "drift"
+    fig.update_layout(
+        title=_title(f"Representation {what} from the frozen reference, per layer"
+                     + (f" ({caption})" if caption else ""),
+                     "higher CKA / lower cosine drift = closer to the pretrained student; "
+                     "layer 0 = embeddings"),
+        xaxis_title="layer (0 = embeddings)", yaxis_title=ylabel, template="plotly_white",
+        legend={"groupclick": "togglegroup"},
+    )
+    fig.update_xaxes(dtick=1)
+    return fig
+
+
+# --------------------------------------------------------------------------- UMAP
+
+
+_PROJECTION_COLUMNS = ("model", "layer", "split", "pair_id", "side", "x", "y")
+
+
+def _check_projection(proj: pd.DataFrame, where: str) -> None:
+    missing = [c for c in _PROJECTION_COLUMNS if c not in proj.columns]
+    if missing:
+        raise ValueError(f"projection table {where} lacks column(s) {missing} "
+                         f"(has {list(proj.columns)})")
+
+
+def _projection_layer(proj: pd.DataFrame, layer: int | None) -> int:
+    layers = sorted(int(v) for v in proj["layer"].unique())
+    if not layers:
+        raise ValueError("the projection table is empty")
+    if layer is None:
+        return layers[-1]
+    if int(layer) not in layers:
+        raise ValueError(f"layer {layer!r} has no projection; choose one of {layers}")
+    return int(layer)
+
+
+def umap_groups(proj: pd.DataFrame, layer: int | None = None, color_by: str = "domain",
+                target: str | None = None) -> list[dict[str, Any]]:
+    """Point groups of a projection table for one layer: what one colour of the map shows.
+
+    Returns a list of ``{"label", "color", "reference": DataFrame, "student": DataFrame}``:
+    for ``color_by="domain"`` one group per split (source first, then targets, only ``target``
+    when given), for ``"side"`` one group per preference side (chosen, rejected).
+    """
+    if color_by not in ("domain", "side"):
+        raise ValueError(f"color_by must be 'domain' or 'side', got {color_by!r}")
+    _check_projection(proj, "")
+    lay = _projection_layer(proj, layer)
+    part = proj[proj["layer"] == lay]
+    splits = sorted(part["split"].unique(), key=_split_sort_key)
+    if target is not None:
+        splits = ["source_test"] + _resolve_splits(splits, target)
+        splits = [s for s in dict.fromkeys(splits) if s in set(part["split"])]
+        part = part[part["split"].isin(splits)]
+    model = part["model"].astype(str)
+    groups = []
+    if color_by == "domain":
+        for i, s in enumerate(splits):
+            sel = part["split"] == s
+            groups.append({"label": _split_desc(s, part),
+                           "color": _DOMAIN_COLORS[i % len(_DOMAIN_COLORS)],
+                           "reference": part[sel & (model == "reference")],
+                           "student": part[sel & (model == "student")]})
+    else:
+        for side, color in _SIDE_COLORS.items():
+            sel = part["side"] == side
+            groups.append({"label": f"{side} responses", "color": color,
+                           "reference": part[sel & (model == "reference")],
+                           "student": part[sel & (model == "student")]})
+    return groups
+
+
+def _subsample(df: pd.DataFrame, n: int | None, seed: int) -> pd.DataFrame:
+    if n is None or len(df) <= n:
+        return df
+    return df.iloc[np.sort(np.random.default_rng(seed).choice(len(df), size=n, replace=False))]
+
+
+def umap_movement(groups: Sequence[Mapping[str, Any]], n_lines: int = 150,
+                  seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """x / y arrays of line segments from reference to student position for a seeded sample.
+
+    Rows are matched on (split, pair_id, side); segments are separated by NaN (a gap).
+    """
+    ref = pd.concat([g["reference"] for g in groups], ignore_index=True)
+    stu = pd.concat([g["student"] for g in groups], ignore_index=True)
+    if ref.empty or stu.empty or n_lines <= 0:
+        return np.array([], dtype=float), np.array([], dtype=float)
+    stu = _subsample(stu, n_lines, seed)
+    m = stu.merge(ref, on=["split", "pair_id", "side"], suffixes=("_s", "_r"))
+    nan = np.full(len(m), np.nan)
+    x = np.column_stack([m["x_r"].to_numpy(float), m["x_s"].to_numpy(float), nan]).ravel()
+    y = np.column_stack([m["y_r"].to_numpy(float), m["y_s"].to_numpy(float), nan]).ravel()
+    return x, y
+
+
+def _hover_custom(df: pd.DataFrame) -> np.ndarray:
+    dom = df["domain"] if "domain" in df.columns else df["split"]
+    return np.column_stack([df["pair_id"].astype(str), df["side"].astype(str), dom.astype(str)])
+
+
+_UMAP_HOVER = "pair %{customdata[0]} (%{customdata[1]})<br>%{customdata[2]}<extra>%{fullData.name}</extra>"
+
+
+def _run_caption(run_dir: Path) -> str:
+    """'ANCHOR λ=0.1 (last layer), seed 0' from the sweep's results (else config.yaml)."""
+    sweep = run_dir.parent.parent
+    try:
+        res = load_results(sweep)
+        row = res[res["run_id"] == run_dir.name]
+        if len(row):
+            r = row.iloc[0]
+            return f"{method_label(r['method'], r['anchor_lambda'], r['anchor_layers'])}, seed {r['seed']}"
+    except (FileNotFoundError, ValueError):
+        pass
+    cfg = run_dir / "config.yaml"
+    if cfg.is_file():
+        try:
+            import yaml
+
+            key = yaml.safe_load(cfg.read_text()) or {}
+            meth = key.get("method") if isinstance(key.get("method"), dict) else {}
+            name = str(meth.get("name") or key.get("kind") or run_dir.name)
+            label = method_label(name, float(meth.get("anchor_lambda") or 0.0),
+                                 str(meth.get("anchor_layers") or ""))
+            return f"{label}, seed {key.get('seed', '?')}"
+        except Exception as exc:  # a caption is never worth failing a figure for
+            logger.debug("could not read %s: %s", cfg, exc)
+    return run_dir.name
+
+
+def umap_figure(
+    run_dir: PathLike | None = None,
+    layer: int | None = None,
+    color_by: str = "domain",
+    *,
+    projection: pd.DataFrame | None = None,
+    target: str | None = None,
+    n_lines: int = 150,
+    max_points: int | None = None,
+    seed: int = 0,
+    title: str | None = None,
+) -> go.Figure:
+    """Reference vs student hidden states of one run in one shared 2-D map.
+
+    The map (UMAP, or PCA when UMAP was unavailable) was fitted on the frozen reference's
+    states, so the reference's points (faint circles) are where the pretrained model puts each
+    response and the student's points (diamonds) are where training moved them; grey lines join
+    the two positions for a seeded sample of ``n_lines`` responses. ``color_by="domain"``
+    colours source vs target domains (only ``target`` when given), ``"side"`` chosen vs
+    rejected responses. ``layer=None`` is the last projected layer. ``max_points`` subsamples
+    each group (seeded) for large runs.
+    """
+    if projection is None:
+        if run_dir is None:
+            raise ValueError("pass a run directory or an already loaded projection table")
+        projection = load_run_table(run_dir, "projection")
+    _check_projection(projection, str(run_dir or "passed as projection="))
+    lay = _projection_layer(projection, layer)
+    groups = umap_groups(projection, lay, color_by, target)
+    if max_points is not None:
+        groups = [{**g, "reference": _subsample(g["reference"], max_points, seed),
+                   "student": _subsample(g["student"], max_points, seed)} for g in groups]
+    fig = go.Figure()
+    for g in groups:
+        fig.add_trace(go.Scattergl(
+            x=g["reference"]["x"].to_numpy(float), y=g["reference"]["y"].to_numpy(float),
+            mode="markers", name=f"reference (pretrained) · {g['label']}", legendgroup=g["label"],
+            marker={"color": g["color"], "size": 5, "opacity": 0.25, "symbol": "circle"},
+            customdata=_hover_custom(g["reference"]), hovertemplate=_UMAP_HOVER,
+            meta={"model": "reference", "group": g["label"]}))
+    for g in groups:
+        fig.add_trace(go.Scattergl(
+            x=g["student"]["x"].to_numpy(float), y=g["student"]["y"].to_numpy(float),
+            mode="markers", name=f"student (trained) · {g['label']}", legendgroup=g["label"],
+            marker={"color": g["color"], "size": 6, "opacity": 0.85, "symbol": "diamond",
+                    "line": {"width": 0.5, "color": "white"}},
+            customdata=_hover_custom(g["student"]), hovertemplate=_UMAP_HOVER,
+            meta={"model": "student", "group": g["label"]}))
+    mx, my = umap_movement(groups, n_lines, seed)
+    fig.add_trace(go.Scattergl(
+        x=mx, y=my, mode="lines", line={"color": "rgba(90,90,90,0.35)", "width": 1},
+        name=f"movement reference → student ({len(mx) // 3} sampled)", hoverinfo="skip",
+        meta={"model": "movement"}))
+    caption = title or (_run_caption(Path(run_dir)) if run_dir is not None else "")
+    fig.update_layout(
+        title=_title(f"Reference vs student in one shared map, layer {lay}"
+                     + (f" — {caption}" if caption else ""),
+                     "map fitted on the frozen reference's states; faint circles = reference, "
+                     "diamonds = student, lines = where training moved a response"),
+        xaxis_title="map axis 1 (shared UMAP/PCA of reference states; unitless)",
+        yaxis_title="map axis 2 (unitless)", template="plotly_white",
+        legend={"orientation": "v"},
+    )
+    fig.update_yaxes(scaleanchor="x", scaleratio=1)
+    return fig
+
+
+# --------------------------------------------------------------------------- drift vs OOD
+
+
+def _is_fraction_col(col: str) -> bool:
+    return col.startswith(("acc_", "aog_")) or col in ("wrg", "aog", "nts", "acc_id", "acc_ood")
+
+
+def _axis_label(col: str) -> str:
+    known = {
+        "drift_cos_target": "cosine drift 1 - cos on the targets (last layer, mean of targets)",
+        "drift_cos_source": "cosine drift 1 - cos on the source (last layer)",
+        "drift_cka_target": "linear CKA(student, reference) on the targets (last layer)",
+        "drift_cka_source": "linear CKA(student, reference) on the source (last layer)",
+        "aog": "AOG: OOD gain over the teacher (points)",
+        "wrg": "WRG: ID gain over the teacher (points)",
+        "nts": "NTS: net transfer score (points)",
+        "acc_id": "ID pairwise accuracy (%)",
+        "acc_ood": "OOD pairwise accuracy (%)",
+        "pgr": "PGR: performance gap recovered (fraction)",
+    }
+    if col in known:
+        return known[col]
+    if col.startswith("aog_"):
+        return f"AOG on {col[4:]} (points)"
+    if col.startswith("acc_"):
+        return f"pairwise accuracy on {col[4:]} (%)"
+    return col
+
+
+def _short_label(col: str) -> str:
+    if col.startswith("drift_cos"):
+        return "cosine drift 1 - cos"
+    if col.startswith("drift_cka"):
+        return "linear CKA(student, reference)"
+    return _axis_label(col)
+
+
+def drift_vs_ood_figure(
+    sweep_dir: PathLike | None = None,
+    drift_col: str = "drift_cos_target",
+    gain_col: str = "aog",
+    *,
+    results: pd.DataFrame | None = None,
+    kinds: Sequence[str] = ("student",),
+    artifact_strength: float | None = None,
+    n_boot: int = 2000,
+    seed: int = 0,
+    ci_level: float = 0.95,
+) -> go.Figure:
+    """Drift against OOD gain across the runs of a sweep, with Spearman rho in the title.
+
+    One marker per run (colour = method group), the least-squares line, and the Spearman
+    correlation with its bootstrap interval over runs (``anchorviz.drift.drift_ood_relation``).
+    Gains (``aog``, ``wrg``, ``nts``, ``acc_*``) are drawn x100; the statistics do not depend on
+    that. ``artifact_strength=None`` keeps every strength (the relation across conditions).
+    """
+    from anchorviz.drift import DriftError, drift_ood_relation
+
+    res = _results_arg(sweep_dir, results)
+    for col in (drift_col, gain_col):
+        if col not in res.columns:
+            cands = [c for c in res.columns if c.startswith(("drift_", "aog", "wrg", "nts", "acc_"))]
+            raise ValueError(f"column {col!r} not in the results table; candidates: {cands}")
+    rows = res[res["kind"].isin(list(kinds))]
+    if artifact_strength is not None:
+        rows, _ = select_condition(rows, artifact_strength)
+    finite = np.isfinite(rows[drift_col].astype(float)) & np.isfinite(rows[gain_col].astype(float))
+    if (~finite).any():
+        logger.info("%d run(s) without %s / %s left out", int((~finite).sum()), drift_col, gain_col)
+    rows = rows[finite]
+    scale = 100.0 if _is_fraction_col(gain_col) else 1.0
+    try:
+        rel = drift_ood_relation(rows, drift_col=drift_col, gain_col=gain_col, n_boot=n_boot,
+                                 seed=seed, ci_level=ci_level)
+        lo, hi = rel["spearman_ci"]
+        stat = (f"Spearman ρ = {rel['spearman']:+.2f} ({ci_level:.0%} bootstrap CI {lo:+.2f} to "
+                f"{hi:+.2f}), n = {rel['n']} runs")
+    except DriftError as exc:
+        rel = None
+        stat = f"correlation not defined: {exc}"
+        logger.warning("drift vs OOD: %s", exc)
+
+    fig = go.Figure()
+    for g in _group_table(rows).itertuples(index=False):
+        part = rows[_group_mask(rows, g.method, g.anchor_lambda, g.anchor_layers)]
+        fig.add_trace(go.Scatter(
+            x=part[drift_col].to_numpy(float), y=part[gain_col].to_numpy(float) * scale,
+            mode="markers", name=g.label, marker={"color": g.color, "size": 10,
+                                                  "line": {"width": 1, "color": "white"}},
+            customdata=np.column_stack([part["run_id"], part["seed"].astype(str)]),
+            hovertemplate=(g.label + "<br>seed %{customdata[1]}<br>run %{customdata[0]}<br>"
+                           + f"{drift_col} %{{x:.3f}}<br>{gain_col} %{{y:.2f}}<extra></extra>"),
+            meta={"group": g.label}))
+    if rel is not None:
+        xs = np.linspace(rows[drift_col].min(), rows[drift_col].max(), 2)
+        fig.add_trace(go.Scatter(
+            x=xs, y=(rel["intercept"] + rel["slope"] * xs) * scale, mode="lines",
+            name="least-squares fit", line={"color": "black", "dash": "dash", "width": 1},
+            hoverinfo="skip", meta={"fit": True}))
+    if gain_col in ("aog", "wrg", "nts") or gain_col.startswith("aog_"):
+        fig.add_hline(y=0, line={"color": "grey", "width": 1})
+    fig.update_layout(
+        title=_title(f"Drift vs {gain_col.upper() if gain_col in _TRANSFER_NAMES else gain_col}"
+                     f" across runs: {stat}",
+                     "one marker per run; does moving away from the pretrained representation "
+                     "cost out-of-distribution accuracy?"),
+        xaxis_title=_axis_label(drift_col), yaxis_title=_axis_label(gain_col),
+        template="plotly_white",
+    )
+    fig.layout.meta = {"relation": rel}
+    return fig
+
+
+# --------------------------------------------------------------------------- lambda sweep
+
+
+def lambda_sweep_figure(
+    sweep_dir: PathLike | None = None,
+    *,
+    results: pd.DataFrame | None = None,
+    target: str | None = None,
+    drift_col: str = "drift_cos_target",
+    artifact_strength: float | None = None,
+    source: str | None = None,
+    confidence: float = 0.95,
+    spread: str = "auto",
+) -> go.Figure:
+    """ID accuracy, OOD accuracy, NTS and drift against the ANCHOR strength lambda (log axis).
+
+    One line per anchored-layer choice (solid = last layer, dashed = middle layers), mean over
+    seeds with error bars; the naive student (no anchor) and, on the accuracy panels, the weak
+    teacher are horizontal reference lines. lambda = 0 cannot sit on a log axis: the naive
+    line is that point.
+    """
+    res = _results_arg(sweep_dir, results)
+    rows, caption = select_condition(res, artifact_strength, source)
+    anchor = rows[rows["method"] == "anchor"]
+    zero = anchor["anchor_lambda"] <= 0
+    if zero.any():
+        logger.warning("%d ANCHOR run(s) with lambda 0 left out of the log axis", int(zero.sum()))
+        anchor = anchor[~zero]
+    if anchor.empty:
+        raise ValueError("the sweep has no ANCHOR runs with lambda > 0; "
+                         f"methods present: {_unique(rows['method'])}")
+    ood_col, ood_desc = target_column(rows, target)
+    if drift_col not in rows.columns:
+        raise ValueError(f"drift column {drift_col!r} not in the results table; candidates: "
+                         f"{[c for c in rows.columns if c.startswith('drift_')]}")
+    nts_col = "nts"
+    rows = rows.copy()
+    anchor = anchor.copy()
+    if target is not None:  # NTS against one target, per run
+        aog_col, _ = target_column(rows, target, prefix="aog")
+        for df in (rows, anchor):
+            df["nts_target"] = df[aog_col] - np.maximum(0.0, -df["wrg"])
+        nts_col = "nts_target"
+    panels = [("acc_id", "ID accuracy (source test)", "pairwise accuracy (%)", 100.0),
+              (ood_col, f"OOD accuracy ({ood_desc})", "pairwise accuracy (%)", 100.0),
+              (nts_col, "NTS: OOD gain - ID loss vs teacher", "NTS (points)", 100.0),
+              (drift_col, _axis_label(drift_col), _short_label(drift_col), 1.0)]
+    fig = make_subplots(rows=2, cols=2, subplot_titles=[p[1] for p in panels],
+                        horizontal_spacing=0.1, vertical_spacing=0.16)
+    lam_min, lam_max = anchor["anchor_lambda"].min(), anchor["anchor_lambda"].max()
+    ref_x = [lam_min / 1.5, lam_max * 1.5] if lam_max > lam_min else [lam_min / 3, lam_min * 3]
+    shown_legend: set[str] = set()
+    for i, (col, _, ylab, scale) in enumerate(panels):
+        r, c = i // 2 + 1, i % 2 + 1
+        for layers in sorted(anchor["anchor_layers"].unique(), key=_layers_rank):
+            part = anchor[anchor["anchor_layers"] == layers]
+            summ = metric_summary(part, [col], confidence, spread)
+            summ = summ.sort_values("anchor_lambda")
+            name = f"ANCHOR, {_layers_label(layers) or 'anchored layers'}"
+            color = sample_colorscale(_ANCHOR_SCALES.get(layers, _OTHER_ANCHOR_SCALE), [0.8])[0]
+            mean = summ["mean"].to_numpy(float) * scale
+            fig.add_trace(go.Scatter(
+                x=summ["anchor_lambda"].to_numpy(float), y=mean, mode="lines+markers",
+                name=name, legendgroup=name, showlegend=name not in shown_legend,
+                line={"color": color, "dash": _LAYER_DASHES.get(layers, "dashdot"), "width": 2},
+                error_y={"type": "data", "symmetric": False,
+                         "array": summ["hi"].to_numpy(float) * scale - mean,
+                         "arrayminus": mean - summ["lo"].to_numpy(float) * scale},
+                customdata=summ[["n", "interval"]].to_numpy(object),
+                hovertemplate=(name + "<br>λ = %{x:g}<br>" + ylab + ": %{y:.2f}<br>"
+                               "%{customdata[1]}<extra></extra>"),
+                meta={"column": col, "anchor_layers": layers}), row=r, col=c)
+            shown_legend.add(name)
+        refs = [("naive", "naive W2S (no anchor, λ = 0)", METHOD_COLORS["naive"], "dash")]
+        if col in ("acc_id", ood_col):
+            refs.append(("teacher", "weak teacher", METHOD_COLORS["teacher"], "dot"))
+        for method, name, color, dash in refs:
+            s = _summarize(rows[rows["method"] == method], col, confidence, spread)
+            if not np.isfinite(s["mean"]):
+                continue
+            fig.add_trace(go.Scatter(
+                x=ref_x, y=[s["mean"] * scale] * 2, mode="lines", name=name, legendgroup=name,
+                showlegend=name not in shown_legend, line={"color": color, "dash": dash},
+                hovertemplate=(f"{name}<br>{ylab}: {s['mean'] * scale:.2f}<br>{s['interval']}"
+                               "<extra></extra>"),
+                meta={"column": col, "reference": method}), row=r, col=c)
+            shown_legend.add(name)
+        fig.update_xaxes(type="log", title_text="ANCHOR strength λ (log scale)", row=r, col=c)
+        fig.update_yaxes(title_text=ylab, row=r, col=c)
+    fig.update_layout(
+        title=_title(f"What the anchor strength λ does ({caption})",
+                     _interval_caption(metric_summary(anchor, ["acc_id"], confidence, spread))),
+        template="plotly_white", height=760, width=1150,
+        legend={"orientation": "v", "x": 1.02, "y": 1.0, "yanchor": "top"},
+    )
+    return fig
+
+
+# --------------------------------------------------------------------------- labels
+
+
+def label_confidence_figure(
+    run_dir: PathLike | None = None,
+    *,
+    labels: pd.DataFrame | None = None,
+    bins: int = 40,
+    uninformative_below: float = 0.6,
+) -> go.Figure:
+    """Histogram of the teacher's soft labels q = P(chosen preferred) on the w2s training pairs.
+
+    Reads ``labels.parquet`` of a teacher run (``margin``; q = sigmoid(margin), the raw teacher
+    probability) or of a student run (``q``, the labels it was trained on, after any temperature
+    or hardening). The title flags labels whose mean confidence max(q, 1 - q) is below
+    ``uninformative_below``: a student trained on them learns next to nothing (PILOT.md: mean
+    q 0.505 left the soft BT loss at ln 2).
+    """
+    if labels is None:
+        if run_dir is None:
+            raise ValueError("pass a run directory or an already loaded labels table (labels=)")
+        labels = load_run_table(run_dir, "labels")
+    if "q" in labels.columns:
+        q = labels["q"].to_numpy(float)
+        what = "soft labels q the student was trained on"
+    elif "margin" in labels.columns:
+        q = 1.0 / (1.0 + np.exp(-labels["margin"].to_numpy(float)))
+        what = "teacher probabilities q = sigmoid(r_chosen - r_rejected)"
+    else:
+        raise ValueError(f"labels table has neither 'q' nor 'margin' (has {list(labels.columns)})")
+    q = q[np.isfinite(q)]
+    if q.size == 0:
+        raise ValueError("labels table has no finite labels")
+    if (q < 0).any() or (q > 1).any():
+        raise ValueError(f"soft labels must lie in [0, 1], got range [{q.min():.3g}, {q.max():.3g}]")
+    conf = np.maximum(q, 1 - q)
+    near = float((np.abs(q - 0.5) < 0.05).mean())
+    flagged = conf.mean() < uninformative_below
+    stats_line = (f"mean q {q.mean():.3f}, mean confidence max(q, 1-q) {conf.mean():.3f}, "
+                  f"{near:.0%} of {q.size} labels within 0.45-0.55")
+    main = ("⚠ Teacher labels are nearly uninformative: the student gets almost no signal"
+            if flagged else "Teacher soft labels")
+    fig = go.Figure(go.Histogram(
+        x=q, xbins={"start": 0.0, "end": 1.0, "size": 1.0 / bins}, name=what,
+        marker_color="#c0392b" if flagged else "#4e79a7",
+        hovertemplate="q %{x}<br>%{y} pairs<extra></extra>"))
+    fig.add_vline(x=0.5, line={"dash": "dash", "color": "black"},
+                  annotation_text="q = 0.5: no preference", annotation_position="top")
+    fig.update_layout(
+        title=_title(main, f"{what}: {stats_line}"),
+        xaxis_title="soft label q = P(chosen preferred)", yaxis_title="pairs",
+        xaxis_range=[0, 1], bargap=0.02, template="plotly_white", showlegend=False,
+    )
+    fig.layout.meta = {"q_mean": float(q.mean()), "q_confidence": float(conf.mean()),
+                       "uninformative": bool(flagged)}
+    if flagged:
+        fig.update_layout(title_font_color="#c0392b")
+    return fig
+
+
+# --------------------------------------------------------------------------- export
+
+
+def export_figure(fig: go.Figure, path: PathLike, *, fallback: bool = True, scale: float = 2.0,
+                  width: int | None = None, height: int | None = None) -> Path:
+    """Write ``fig`` to ``path`` by its suffix; returns the path actually written.
+
+    ``.html`` / ``.htm``: a standalone page with plotly.js inline (opens offline).
+    ``.png`` / ``.svg`` / ``.pdf`` / ``.jpg`` / ``.webp``: a static image through kaleido, which
+    needs a Chrome / Chromium browser (Debian: ``apt-get install chromium``; or
+    ``plotly_get_chrome``). When that fails and ``fallback`` is true, a standalone ``.html``
+    is written next to the requested path instead (a warning says why); with
+    ``fallback=False`` an :class:`ExportError` is raised.
+    """
+    out = Path(path).expanduser()
+    suffix = out.suffix.lower()
+    if suffix not in _HTML_SUFFIXES + _IMAGE_SUFFIXES:
+        raise ValueError(f"cannot export to {out}: unknown suffix {out.suffix!r}; use one of "
+                         f"{list(_HTML_SUFFIXES + _IMAGE_SUFFIXES)}")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    if suffix in _HTML_SUFFIXES:
+        fig.write_html(out, include_plotlyjs=True, full_html=True)
+        return out
+    try:
+        fig.write_image(out, scale=scale, width=width, height=height)
+        return out
+    except Exception as exc:  # kaleido missing, no browser, browser crash ...
+        reason = (f"static export to {out} failed ({type(exc).__name__}: {exc}). kaleido needs "
+                  "a Chrome/Chromium browser: install one (Debian: apt-get install chromium) "
+                  "or run plotly_get_chrome")
+        if not fallback:
+            raise ExportError(reason) from exc
+        html = out.with_suffix(".html")
+        fig.write_html(html, include_plotlyjs=True, full_html=True)
+        logger.warning("%s; wrote a standalone HTML page %s instead", reason, html)
+        return html
+
+
+def load_metrics(run_dir: PathLike) -> dict[str, Any]:
+    """A run's ``metrics.json`` as a dict (FileNotFoundError naming the path when missing)."""
+    path = _existing_dir(run_dir, "run directory") / "metrics.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} does not exist (written when a run finishes)")
+    return json.loads(path.read_text())

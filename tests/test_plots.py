@@ -1,0 +1,377 @@
+"""Figures hold the stored numbers: each test reads the fake sweep's files and checks the traces."""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from fake_sweep import write_fake_sweep
+
+from anchorviz import plots
+from anchorviz.metrics import seed_summary
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory) -> Path:
+    return write_fake_sweep(tmp_path_factory.mktemp("sweep"))
+
+
+@pytest.fixture(scope="module")
+def one_seed(tmp_path_factory) -> Path:
+    """One seed, two artefact strengths: single-seed intervals and condition selection."""
+    return write_fake_sweep(tmp_path_factory.mktemp("one_seed"), seeds=(0,), lambdas=(0.1, 1.0),
+                            layers=("last",), artifact_strengths=(0.0, 1.0),
+                            artifact_kind="marker", projection_layers=(6,))
+
+
+@pytest.fixture(scope="module")
+def results(sweep) -> pd.DataFrame:
+    return pd.read_parquet(sweep / "results.parquet")
+
+
+def run_of(results: pd.DataFrame, method: str, seed: int = 0, lam: float = 0.0,
+           layers: str = "") -> str:
+    rows = results[(results["method"] == method) & (results["seed"] == seed)]
+    if method == "anchor":
+        rows = rows[np.isclose(rows["anchor_lambda"], lam) & (rows["anchor_layers"] == layers)]
+    assert len(rows) == 1
+    return rows["run_id"].iloc[0]
+
+
+def trace(fig, **meta):
+    found = [t for t in fig.data if isinstance(t.meta, dict)
+             and all(t.meta.get(k) == v for k, v in meta.items())]
+    assert len(found) == 1, f"{len(found)} traces match {meta}"
+    return found[0]
+
+
+def bar_value(tr, label: str) -> float:
+    return float(np.asarray(tr.y)[list(tr.x).index(label)])
+
+
+# --------------------------------------------------------------------------- readers
+
+
+def test_load_results_reads_the_table_and_fills_defaults(sweep, results):
+    res = plots.load_results(sweep)
+    assert list(res["run_id"]) == list(results["run_id"])
+    np.testing.assert_allclose(res["acc_id"], results["acc_id"])
+    assert (res.loc[res["method"] != "anchor", "anchor_layers"] == "").all()
+    res.loc[0, "acc_id"] = -1.0  # a copy: the cached table stays intact
+    assert plots.load_results(sweep)["acc_id"].iloc[0] == results["acc_id"].iloc[0]
+
+
+def test_missing_sweep_and_results_name_the_path(tmp_path):
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        plots.load_results(tmp_path / "nope")
+    (tmp_path / "runs").mkdir()
+    with pytest.raises(FileNotFoundError, match=r"results\.parquet.*still be running"):
+        plots.load_results(tmp_path)
+    with pytest.raises(FileNotFoundError, match="nope"):
+        plots.accuracy_figure(tmp_path / "nope")
+
+
+def test_results_without_key_columns_is_a_clear_error(results):
+    with pytest.raises(ValueError, match=r"lacks column\(s\) \['acc_id'\]"):
+        plots.accuracy_figure(results=results.drop(columns=["acc_id"]))
+    with pytest.raises(ValueError, match="sweep directory or an already loaded"):
+        plots.accuracy_figure()
+
+
+def test_load_run_table_validates_and_caches(sweep, results, tmp_path):
+    rid = run_of(results, "naive")
+    with pytest.raises(ValueError, match="choose one of"):
+        plots.load_run_table(sweep / "runs" / rid, "drfit")
+    with pytest.raises(FileNotFoundError, match=r"val_labels\.parquet does not exist.*teacher"):
+        plots.load_run_table(sweep / "runs" / rid, "val_labels")
+    first = plots.load_run_table(sweep / "runs" / rid, "drift")
+    assert plots.load_run_table(sweep / "runs" / rid, "drift.parquet") is first
+    # a rewritten file is read again
+    run = tmp_path / "run"
+    shutil.copytree(sweep / "runs" / rid, run)
+    old = plots.load_run_table(run, "drift")
+    changed = old.assign(cka=0.5)
+    changed.to_parquet(run / "drift.parquet")
+    assert (plots.load_run_table(run, "drift")["cka"] == 0.5).all()
+
+
+# --------------------------------------------------------------------------- accuracy
+
+
+def test_accuracy_bars_are_stored_accuracies_in_percent(sweep, results):
+    fig = plots.accuracy_figure(sweep)
+    id_tr, ood_tr = trace(fig, column="acc_id"), trace(fig, column="acc_ood")
+    teacher = results[results["method"] == "teacher"]
+    assert bar_value(id_tr, "weak teacher (gold labels)") == pytest.approx(
+        100 * teacher["acc_id"].mean())
+    anchor = results[(results["method"] == "anchor") & np.isclose(results["anchor_lambda"], 0.1)
+                     & (results["anchor_layers"] == "middle")]
+    assert bar_value(ood_tr, "ANCHOR λ=0.1 (middle layers)") == pytest.approx(
+        100 * anchor["acc_ood"].mean())
+    # two seeds: error bars are the min / max over seeds, and the title says so
+    i = list(id_tr.x).index("weak teacher (gold labels)")
+    assert id_tr.error_y.array[i] == pytest.approx(100 * (teacher["acc_id"].max()
+                                                          - teacher["acc_id"].mean()))
+    assert "min to max over 2 seeds" in fig.layout.title.text
+    assert fig.layout.yaxis.title.text == "pairwise accuracy (%)"
+    labels = list(id_tr.x)
+    assert labels[0] == "weak teacher (gold labels)" and labels[-1].startswith("strong ceiling")
+    assert len(labels) == 1 + 1 + 1 + 6 + 1  # teacher, naive, confidence, 3x2 ANCHOR, ceiling
+
+
+def test_accuracy_t_interval_and_per_target(sweep, results):
+    fig = plots.accuracy_figure(sweep, target="nyt", spread="t")
+    ood = trace(fig, column="acc_nyt")
+    naive = results.loc[results["method"] == "naive", "acc_nyt"]
+    s = seed_summary(naive.to_numpy())
+    i = list(ood.x).index("naive W2S")
+    assert ood.y[i] == pytest.approx(100 * s.mean)
+    assert ood.error_y.array[i] == pytest.approx(100 * s.half_width)
+    assert "t-interval over 2 seeds" in fig.layout.title.text
+    assert "target nyt" in ood.name
+    with pytest.raises(ValueError, match=r"target 'tweets'.*\['amazon', 'nyt'\]"):
+        plots.accuracy_figure(sweep, target="tweets")
+    with pytest.raises(ValueError, match="spread must be one of"):
+        plots.accuracy_figure(sweep, spread="sd")
+
+
+def test_one_seed_uses_the_stored_bootstrap_interval(one_seed):
+    res = pd.read_parquet(one_seed / "results.parquet")
+    fig = plots.accuracy_figure(one_seed, artifact_strength=1.0)
+    id_tr = trace(fig, column="acc_id")
+    row = res[(res["method"] == "naive") & (res["artifact_strength"] == 1.0)].iloc[0]
+    i = list(id_tr.x).index("naive W2S")
+    assert id_tr.y[i] == pytest.approx(100 * row["acc_id"])
+    assert id_tr.error_y.arrayminus[i] == pytest.approx(100 * (row["acc_id"] - row["acc_id_lo"]))
+    assert id_tr.error_y.array[i] == pytest.approx(100 * (row["acc_id_hi"] - row["acc_id"]))
+    assert "bootstrap CI over test pairs (1 seed)" in fig.layout.title.text
+    assert "strength 1" in fig.layout.title.text
+    # default: the largest strength; an unknown one lists the choices
+    assert plots.accuracy_figure(one_seed).data[0].y[i] == pytest.approx(id_tr.y[i])
+    with pytest.raises(ValueError, match=r"artifact_strength 0\.5.*\[0\.0, 1\.0\]"):
+        plots.accuracy_figure(one_seed, artifact_strength=0.5)
+
+
+def test_transfer_scores_in_points(sweep, results):
+    fig = plots.transfer_figure(sweep)
+    aog = trace(fig, score="aog")
+    assert "weak teacher (gold labels)" not in list(aog.x)
+    naive = results[results["method"] == "naive"]
+    assert bar_value(aog, "naive W2S") == pytest.approx(100 * naive["aog"].mean())
+    assert "points" in fig.layout.yaxis.title.text
+    per_target = plots.transfer_figure(sweep, target="amazon")
+    nts = trace(per_target, score="nts")
+    expected = (naive["aog_amazon"] - np.maximum(0, -naive["wrg"])).mean()
+    assert bar_value(nts, "naive W2S") == pytest.approx(100 * expected)
+
+
+# --------------------------------------------------------------------------- drift
+
+
+def test_drift_trace_is_the_runs_drift_table(sweep, results):
+    rid = run_of(results, "anchor", seed=1, lam=0.1, layers="last")
+    table = pd.read_parquet(sweep / "runs" / rid / "drift.parquet")
+    fig = plots.drift_by_layer_figure(sweep, metric="cka", runs=[rid])
+    for split in ("source_test", "target_test:amazon", "target_test:nyt"):
+        tr = trace(fig, split=split, runs=[rid])
+        want = table[table["split"] == split].sort_values("layer")
+        np.testing.assert_allclose(tr.x, want["layer"])
+        np.testing.assert_allclose(tr.y, want["cka"])
+    assert fig.layout.yaxis.title.text == "linear CKA(student, reference)"
+    assert fig.layout.xaxis.title.text.startswith("layer")
+    assert trace(fig, split="source_test", runs=[rid]).line.dash == "solid"
+    assert trace(fig, split="target_test:amazon", runs=[rid]).line.dash != "solid"
+    cos = plots.drift_by_layer_figure(sweep, metric="cosine", runs=[rid], split="nyt")
+    tr = trace(cos, split="target_test:nyt", runs=[rid])
+    np.testing.assert_allclose(tr.y, table[table["split"] == "target_test:nyt"]
+                               .sort_values("layer")["cosine_mean"])
+    assert cos.layout.yaxis.title.text.startswith("cosine drift 1 - cos")
+    assert {t.meta["split"] for t in cos.data} == {"target_test:nyt"}
+
+
+def test_drift_groups_average_over_seeds(sweep, results):
+    fig = plots.drift_by_layer_figure(sweep, split="source")
+    ids = [run_of(results, "naive", seed=s) for s in (0, 1)]
+    tables = [pd.read_parquet(sweep / "runs" / r / "drift.parquet") for r in ids]
+    want = np.mean([t[t["split"] == "source_test"].sort_values("layer")["cka"] for t in tables],
+                   axis=0)
+    tr = trace(fig, split="source_test", group="naive W2S (mean of 2 seeds)")
+    np.testing.assert_allclose(tr.y, want)
+    one = plots.drift_by_layer_figure(sweep, split="source", seed=1, methods=["naive"])
+    np.testing.assert_allclose(trace(one, group="naive W2S", split="source_test").y,
+                               tables[1][tables[1]["split"] == "source_test"]
+                               .sort_values("layer")["cka"])
+
+
+def test_drift_bad_input_lists_choices(sweep, results):
+    with pytest.raises(ValueError, match="choose one of"):
+        plots.drift_by_layer_figure(sweep, metric="l2")
+    with pytest.raises(ValueError, match=r"split 'tweets'.*\['source', 'amazon', 'nyt'\]"):
+        plots.drift_by_layer_figure(sweep, split="tweets")
+    with pytest.raises(ValueError, match="not in the results table"):
+        plots.drift_by_layer_figure(sweep, runs=["anchor-000000000000"])
+    with pytest.raises(ValueError, match=r"method\(s\) \['seam'\]"):
+        plots.drift_by_layer_figure(sweep, methods=["seam"])
+
+
+# --------------------------------------------------------------------------- map
+
+
+def test_umap_traces_are_the_projection_coordinates(sweep, results):
+    rid = run_of(results, "naive")
+    proj = pd.read_parquet(sweep / "runs" / rid / "projection.parquet")
+    fig = plots.umap_figure(sweep / "runs" / rid)
+    last = proj[proj["layer"] == proj["layer"].max()]
+    for model in ("reference", "student"):
+        tr = trace(fig, model=model, group="source (movie)")
+        want = last[(last["model"] == model) & (last["split"] == "source_test")]
+        np.testing.assert_allclose(tr.x, want["x"])
+        np.testing.assert_allclose(tr.y, want["y"])
+    assert "layer 6" in fig.layout.title.text and "naive W2S" in fig.layout.title.text
+    assert fig.layout.xaxis.title.text and fig.layout.yaxis.title.text
+    move = trace(fig, model="movement")
+    assert len(move.x) == 3 * 150  # start, end, gap per sampled response
+    # the first segment joins a response's reference and student positions
+    mx = np.asarray(move.x, dtype=float)
+    ref = last[last["model"] == "reference"].set_index(["split", "pair_id", "side"])
+    stu = last[last["model"] == "student"].set_index(["split", "pair_id", "side"])
+    key = stu.index[np.isclose(stu["x"], mx[1])][0]
+    assert ref.loc[key, "x"] == pytest.approx(mx[0])
+
+
+def test_umap_layer_colour_and_target_choices(sweep, results):
+    rid = run_of(results, "anchor", lam=1.0, layers="last")
+    proj = pd.read_parquet(sweep / "runs" / rid / "projection.parquet")
+    fig = plots.umap_figure(sweep / "runs" / rid, layer=3, color_by="side", target="nyt")
+    tr = trace(fig, model="student", group="chosen responses")
+    want = proj[(proj["layer"] == 3) & (proj["model"] == "student") & (proj["side"] == "chosen")
+                & proj["split"].isin(["source_test", "target_test:nyt"])]
+    np.testing.assert_allclose(np.sort(tr.x), np.sort(want["x"]))
+    with pytest.raises(ValueError, match=r"layer 4 has no projection; choose one of \[3, 6\]"):
+        plots.umap_figure(sweep / "runs" / rid, layer=4)
+    with pytest.raises(ValueError, match="color_by"):
+        plots.umap_figure(sweep / "runs" / rid, color_by="method")
+    teacher = run_of(results, "teacher")
+    with pytest.raises(FileNotFoundError, match="projection.parquet"):
+        plots.umap_figure(sweep / "runs" / teacher)
+    small = plots.umap_figure(projection=proj, max_points=20, n_lines=5)
+    assert all(len(t.x) <= 20 for t in small.data if t.meta["model"] != "movement")
+
+
+# --------------------------------------------------------------------------- relations
+
+
+def test_lambda_sweep_log_axis_and_values(sweep, results):
+    fig = plots.lambda_sweep_figure(sweep)
+    xaxes = [fig.layout[k] for k in fig.layout if k.startswith("xaxis")]
+    assert len(xaxes) == 4 and all(ax.type == "log" for ax in xaxes)
+    assert all("λ" in ax.title.text for ax in xaxes)
+    tr = trace(fig, column="acc_id", anchor_layers="middle")
+    anchor = results[(results["method"] == "anchor") & (results["anchor_layers"] == "middle")]
+    want = anchor.groupby("anchor_lambda")["acc_id"].mean()
+    np.testing.assert_allclose(tr.x, want.index)
+    np.testing.assert_allclose(tr.y, 100 * want.to_numpy())
+    naive = trace(fig, column="nts", reference="naive")
+    assert naive.y[0] == pytest.approx(100 * results.loc[results["method"] == "naive", "nts"].mean())
+    assert trace(fig, column="nts", anchor_layers="last").line.dash != tr.line.dash
+    with pytest.raises(ValueError, match="no ANCHOR runs"):
+        plots.lambda_sweep_figure(results=results[results["method"] != "anchor"])
+
+
+def test_drift_vs_ood_reports_spearman(sweep, results):
+    from anchorviz.drift import drift_ood_relation
+
+    fig = plots.drift_vs_ood_figure(sweep)
+    students = results[results["kind"] == "student"]
+    rel = drift_ood_relation(students, drift_col="drift_cos_target", gain_col="aog")
+    assert f"Spearman ρ = {rel['spearman']:+.2f}" in fig.layout.title.text
+    lo, hi = rel["spearman_ci"]
+    assert f"{lo:+.2f} to {hi:+.2f}" in fig.layout.title.text
+    assert f"n = {len(students)} runs" in fig.layout.title.text
+    naive = trace(fig, group="naive W2S")
+    want = students[students["method"] == "naive"]
+    np.testing.assert_allclose(naive.x, want["drift_cos_target"])
+    np.testing.assert_allclose(naive.y, 100 * want["aog"])
+    assert "points" in fig.layout.yaxis.title.text and "1 - cos" in fig.layout.xaxis.title.text
+    with pytest.raises(ValueError, match="candidates"):
+        plots.drift_vs_ood_figure(sweep, drift_col="drift_l2")
+
+
+def test_drift_vs_ood_with_too_few_runs_still_draws(results):
+    few = results[results["method"] == "naive"]
+    fig = plots.drift_vs_ood_figure(results=few)
+    assert "correlation not defined" in fig.layout.title.text
+    assert sum(len(t.x) for t in fig.data) == len(few)
+
+
+# --------------------------------------------------------------------------- labels
+
+
+def test_label_histogram_of_teacher_probabilities(sweep, results):
+    rid = run_of(results, "teacher")
+    margin = pd.read_parquet(sweep / "runs" / rid / "labels.parquet")["margin"].to_numpy()
+    fig = plots.label_confidence_figure(sweep / "runs" / rid)
+    np.testing.assert_allclose(fig.data[0].x, 1 / (1 + np.exp(-margin)))
+    assert fig.layout.meta["q_mean"] == pytest.approx(float(np.mean(1 / (1 + np.exp(-margin)))))
+    assert fig.layout.xaxis.title.text.startswith("soft label q")
+
+
+def test_uninformative_labels_are_flagged():
+    q = pd.DataFrame({"pair_id": range(200), "q": np.random.default_rng(0).uniform(0.48, 0.53, 200)})
+    fig = plots.label_confidence_figure(labels=q)
+    assert fig.layout.meta["uninformative"]
+    assert "nearly uninformative" in fig.layout.title.text and "mean q 0.50" in fig.layout.title.text
+    sharp = plots.label_confidence_figure(labels=q.assign(q=np.where(q["q"] > 0.5, 0.95, 0.05)))
+    assert not sharp.layout.meta["uninformative"]
+    with pytest.raises(ValueError, match=r"\[0, 1\]"):
+        plots.label_confidence_figure(labels=q.assign(q=q["q"] + 1))
+    with pytest.raises(ValueError, match="neither 'q' nor 'margin'"):
+        plots.label_confidence_figure(labels=q.rename(columns={"q": "p"}))
+
+
+# --------------------------------------------------------------------------- export
+
+
+def test_export_html_is_standalone_and_holds_the_data(sweep, tmp_path):
+    fig = plots.accuracy_figure(sweep)
+    out = plots.export_figure(fig, tmp_path / "sub" / "acc.html")
+    text = out.read_text(encoding="utf-8")
+    assert 'src="https://cdn.plot.ly' not in text and len(text) > 1_000_000  # plotly.js inline
+    assert "weak teacher (gold labels)" in text
+    y = json.loads(fig.to_json())["data"][0]["y"]
+    assert (y["bdata"] if isinstance(y, dict) else str(y[0])[:5]) in text
+
+
+def test_export_falls_back_to_html_without_a_browser(sweep, tmp_path, monkeypatch, caplog):
+    fig = plots.transfer_figure(sweep)
+
+    def no_browser(*args, **kwargs):
+        raise RuntimeError("Kaleido requires Google Chrome to be installed.")
+
+    monkeypatch.setattr(type(fig), "write_image", no_browser)
+    with caplog.at_level(logging.WARNING, logger="anchorviz.plots"):
+        out = plots.export_figure(fig, tmp_path / "tr.png")
+    assert out == tmp_path / "tr.html" and out.is_file()
+    assert "apt-get install chromium" in caplog.text and "tr.html" in caplog.text
+    with pytest.raises(plots.ExportError, match="requires Google Chrome"):
+        plots.export_figure(fig, tmp_path / "tr.svg", fallback=False)
+    with pytest.raises(ValueError, match="unknown suffix '.gif'"):
+        plots.export_figure(fig, tmp_path / "tr.gif")
+
+
+def _has_browser() -> bool:
+    return any(shutil.which(b) for b in ("chromium", "chromium-browser", "google-chrome", "chrome"))
+
+
+@pytest.mark.skipif(not _has_browser(), reason="static export needs a Chrome/Chromium browser")
+def test_export_svg_with_kaleido(sweep, tmp_path):
+    out = plots.export_figure(plots.label_confidence_figure(
+        labels=pd.DataFrame({"q": [0.2, 0.6, 0.7, 0.9]})), tmp_path / "q.svg", fallback=False)
+    assert out.suffix == ".svg" and out.read_text()[:200].lstrip().startswith("<svg")
+    assert math.isfinite(out.stat().st_size) and out.stat().st_size > 1000

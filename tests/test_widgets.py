@@ -1,0 +1,273 @@
+"""The explorer shows the stored numbers of the selected run; the launcher reports, never raises."""
+
+from __future__ import annotations
+
+import sys
+import types
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from fake_sweep import write_fake_sweep
+
+from anchorviz.widgets import RunLauncher, SweepExplorer, lambda_label, select_run
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory) -> Path:
+    return write_fake_sweep(tmp_path_factory.mktemp("sweep"))
+
+
+@pytest.fixture(scope="module")
+def results(sweep) -> pd.DataFrame:
+    return pd.read_parquet(sweep / "results.parquet")
+
+
+@pytest.fixture(scope="module")
+def explorer(sweep) -> SweepExplorer:
+    return SweepExplorer(sweep)
+
+
+def drift_trace(fig, who: str, domain: str, metric: str):
+    (tr,) = [t for t in fig.data if t.meta == {"who": who, "domain": domain, "metric": metric}]
+    return tr
+
+
+# --------------------------------------------------------------------------- select_run
+
+
+def test_select_run_matches_the_results_row(results):
+    rid = select_run(results, method="anchor", lambda_=0.1, layers="middle", seed=1)
+    row = results[results["run_id"] == rid].iloc[0]
+    assert (row["method"], row["anchor_lambda"], row["anchor_layers"], row["seed"]) == (
+        "anchor", 0.1, "middle", 1)
+    # lambda / layers are ignored for methods that are not anchored; seed None = smallest seed
+    naive = select_run(results, method="naive", lambda_=1.0, layers="last")
+    assert results.set_index("run_id").loc[naive, "seed"] == 0
+    assert select_run(results, method="anchor", lambda_=1 / 10, layers="last", seed=0) == \
+        select_run(results, method="anchor", lambda_=0.1, layers="last", seed=0)
+
+
+def test_select_run_explains_what_does_not_match(results):
+    with pytest.raises(ValueError, match=r"no run matches .*lambda_=0\.5.*\[0\.01, 0\.1, 1\.0\]"):
+        select_run(results, method="anchor", lambda_=0.5, layers="last")
+    with pytest.raises(ValueError, match=r"method 'seam' is not in the sweep.*'naive'"):
+        select_run(results, method="seam")
+    with pytest.raises(ValueError, match="pass lambda_="):
+        select_run(results, method="anchor", layers="last")
+    with pytest.raises(ValueError, match=r"layers values for this selection: \['last', 'middle'\]"):
+        select_run(results, method="anchor", lambda_=0.1, layers="3,5")
+    with pytest.raises(ValueError, match=r"seed values.*\[0, 1\]"):
+        select_run(results, method="naive", seed=7)
+
+
+def test_lambda_labels():
+    assert [lambda_label(v) for v in (1e-4, 0.01, 0.5, 1.0, 0.0)] == ["1e-4", "0.01", "0.5", "1", "0"]
+
+
+# --------------------------------------------------------------------------- explorer
+
+
+def test_update_moves_the_stored_numbers_into_the_panels(explorer, sweep, results):
+    figs_before = dict(explorer.figures)
+    n_traces = {k: len(f.data) for k, f in explorer.figures.items()}
+    rid = explorer.update(method="anchor", lambda_=1.0, layer="middle", target="nyt", seed=1)
+    assert rid == select_run(results, method="anchor", lambda_=1.0, layers="middle", seed=1)
+    assert explorer.run_id == rid
+    # figures are updated in place, never re-created
+    assert all(explorer.figures[k] is figs_before[k] for k in figs_before)
+    assert {k: len(f.data) for k, f in explorer.figures.items()} == n_traces
+
+    drift = pd.read_parquet(sweep / "runs" / rid / "drift.parquet")
+    fig = explorer.figures["drift"]
+    for domain, split in (("source", "source_test"), ("target", "target_test:nyt")):
+        want = drift[drift["split"] == split].sort_values("layer")
+        np.testing.assert_allclose(drift_trace(fig, "selected", domain, "cka").y, want["cka"])
+        np.testing.assert_allclose(drift_trace(fig, "selected", domain, "cosine").y,
+                                   want["cosine_mean"])
+    naive = select_run(results, method="naive", seed=1)
+    ndrift = pd.read_parquet(sweep / "runs" / naive / "drift.parquet")
+    np.testing.assert_allclose(drift_trace(fig, "naive", "target", "cka").y,
+                               ndrift[ndrift["split"] == "target_test:nyt"].sort_values("layer")["cka"])
+
+    proj = pd.read_parquet(sweep / "runs" / rid / "projection.parquet")
+    last = proj[proj["layer"] == proj["layer"].max()]
+    umap = explorer.figures["umap"]
+    (stu_src,) = [t for t in umap.data if t.meta == {"model": "student", "slot": 0}]
+    (ref_tgt,) = [t for t in umap.data if t.meta == {"model": "reference", "slot": 1}]
+    want = last[(last["model"] == "student") & (last["split"] == "source_test")]
+    np.testing.assert_allclose(stu_src.x, want["x"])
+    np.testing.assert_allclose(stu_src.y, want["y"])
+    want = last[(last["model"] == "reference") & (last["split"] == "target_test:nyt")]
+    np.testing.assert_allclose(ref_tgt.x, want["x"])
+
+    acc = explorer.figures["accuracy"]
+    (ood,) = [t for t in acc.data if t.meta["column"] == "ood"]
+    label = "ANCHOR λ=1 (middle layers)"
+    i = list(ood.x).index(label)
+    rows = results[(results["method"] == "anchor") & np.isclose(results["anchor_lambda"], 1.0)
+                   & (results["anchor_layers"] == "middle")]
+    assert ood.y[i] == pytest.approx(100 * rows["acc_nyt"].mean())
+    assert ood.marker.opacity[i] == 1.0 and min(ood.marker.opacity) < 1.0
+    assert label in explorer.status.value and rid in explorer.status.value
+
+
+def test_colour_by_side_and_map_layer(explorer, sweep, results):
+    rid = explorer.update(method="naive", color_by="side", view_layer=3, target="amazon", seed=0)
+    proj = pd.read_parquet(sweep / "runs" / rid / "projection.parquet")
+    (chosen,) = [t for t in explorer.figures["umap"].data
+                 if t.meta == {"model": "student", "slot": 0}]
+    want = proj[(proj["layer"] == 3) & (proj["model"] == "student") & (proj["side"] == "chosen")
+                & proj["split"].isin(["source_test", "target_test:amazon"])]
+    np.testing.assert_allclose(np.sort(chosen.x), np.sort(want["x"]))
+    assert "chosen" in chosen.name and "layer 3" in explorer.figures["umap"].layout.title.text
+    assert explorer.lambda_w.disabled and explorer.layer_w.disabled
+    # the naive student is not drawn twice as its own reference
+    assert not drift_trace(explorer.figures["drift"], "naive", "source", "cka").visible
+    explorer.update(color_by="domain", view_layer=6)
+    with pytest.raises(ValueError, match=r"view_layer=4.*\[3, 6\]"):
+        explorer.update(view_layer=4)
+
+
+def test_controls_drive_the_same_redraw(explorer, results):
+    explorer.update(method="anchor", lambda_=0.01, layer="last", seed=0)
+    explorer.lambda_w.value = 0.1  # what moving the slider does
+    assert explorer.run_id == select_run(results, method="anchor", lambda_=0.1, layers="last",
+                                         seed=0)
+    assert [lab for lab, _ in explorer.lambda_w.options] == ["0.01", "0.1", "1"]
+
+
+def test_update_rejects_values_the_sweep_lacks(explorer):
+    with pytest.raises(ValueError, match=r"lambda_=0\.5 is not in the sweep.*\[0\.01, 0\.1, 1\.0\]"):
+        explorer.update(lambda_=0.5)
+    with pytest.raises(ValueError, match=r"layer='first'.*\['last', 'middle'\]"):
+        explorer.update(layer="first")
+    with pytest.raises(ValueError, match=r"target='tweets'.*\['amazon', 'nyt'\]"):
+        explorer.update(target="tweets")
+    with pytest.raises(ValueError, match="unknown selection key"):
+        explorer.update(lam=0.1)
+
+
+def test_updates_are_fast(explorer):
+    explorer.update(method="anchor", lambda_=0.1, layer="last", target="amazon")  # warm caches
+    worst: dict[str, float] = {}
+    for lam in (0.01, 1.0, 0.1):
+        for layer in ("middle", "last"):
+            explorer.update(lambda_=lam, layer=layer)
+            for k, v in explorer.timings.items():
+                worst[k] = max(worst.get(k, 0.0), v)
+    # targets: < 100 ms drift / accuracy, < 300 ms map; bounds doubled for a busy CI machine
+    assert worst["drift"] < 200 and worst["accuracy"] < 200 and worst["umap"] < 600, worst
+
+
+def test_artefact_strength_selector(tmp_path):
+    sweep = write_fake_sweep(tmp_path / "s", seeds=(0,), lambdas=(0.1,), layers=("last",),
+                             methods=("naive", "anchor"), artifact_strengths=(0.0, 1.0),
+                             artifact_kind="marker", projection_layers=(6,), n_pairs=20)
+    res = pd.read_parquet(sweep / "results.parquet")
+    ex = SweepExplorer(sweep, preload_projections=False)
+    assert ex.strength_w.layout.display != "none"
+    rid = ex.update(artifact_strength=0.0, method="naive")
+    assert res.set_index("run_id").loc[rid, "artifact_strength"] == 0.0
+    rid = ex.update(artifact_strength=1.0)
+    assert res.set_index("run_id").loc[rid, "artifact_strength"] == 1.0
+    (id_bar,) = [t for t in ex.figures["accuracy"].data if t.meta["column"] == "acc_id"]
+    naive = res[(res["method"] == "naive") & (res["artifact_strength"] == 1.0)]
+    assert id_bar.y[list(id_bar.x).index("naive W2S")] == pytest.approx(100 * naive["acc_id"].iloc[0])
+
+
+def test_explorer_bad_sweep(tmp_path, sweep):
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        SweepExplorer(tmp_path / "missing")
+    teachers = tmp_path / "teachers"
+    teachers.mkdir()
+    res = pd.read_parquet(sweep / "results.parquet")
+    res[res["kind"] == "teacher"].to_parquet(teachers / "results.parquet")
+    with pytest.raises(ValueError, match="no student or ceiling runs"):
+        SweepExplorer(teachers)
+
+
+def test_figure_widgets_when_anywidget_is_installed(explorer):
+    import plotly.graph_objects as go
+
+    try:
+        import anywidget  # noqa: F401
+    except ImportError:
+        assert all(type(f) is go.Figure for f in explorer.figures.values())
+        return
+    assert all(isinstance(f, go.FigureWidget) for f in explorer.figures.values())
+    assert explorer.widget.children[-2] is explorer.figures["drift"]
+
+
+# --------------------------------------------------------------------------- launcher
+
+
+def fake_experiment(calls: list, fail: bool = False) -> types.ModuleType:
+    mod = types.ModuleType("anchorviz.experiment")
+
+    def config_from_dict(d):
+        return dict(d)
+
+    def load_config(path):
+        return {"from": str(path)}
+
+    def with_overrides(cfg, **overrides):
+        return {**cfg, **overrides}
+
+    def run(cfg, out_dir):
+        calls.append((cfg, out_dir))
+        if fail:
+            raise RuntimeError("teacher labels do not line up")
+        return [types.SimpleNamespace(run_id="teacher-1", run_dir=Path(out_dir) / "runs/teacher-1",
+                                      kind="teacher", computed=False),
+                types.SimpleNamespace(run_id="anchor-1", run_dir=Path(out_dir) / "runs/anchor-1",
+                                      kind="student", computed=True)]
+
+    mod.config_from_dict, mod.load_config = config_from_dict, load_config
+    mod.with_overrides, mod.run = with_overrides, run
+    return mod
+
+
+def test_launcher_runs_the_form_config(monkeypatch, tmp_path):
+    calls: list = []
+    monkeypatch.setitem(sys.modules, "anchorviz.experiment", fake_experiment(calls))
+    launcher = RunLauncher({"method": {"name": "naive"}, "seed": 3}, out_dir=tmp_path)
+    assert launcher.method_w.value == "naive" and launcher.seed_w.value == 3
+    assert launcher.lambda_w.disabled
+    launcher.method_w.value = "anchor"
+    launcher.lambda_w.value = 0.01
+    launcher.layers_w.value = "middle"
+    launcher.button.click()
+    (cfg, out_dir), = calls
+    assert cfg["method.name"] == "anchor" and cfg["method.anchor_lambda"] == pytest.approx(0.01)
+    assert cfg["method.anchor_layers"] == "middle" and cfg["seed"] == 3
+    assert out_dir == str(tmp_path)
+    assert "anchor-1" in launcher.status.value and "reused" in launcher.status.value
+    assert launcher.progress.bar_style == "success" and launcher.last_error is None
+    assert not launcher.button.disabled
+
+
+def test_launcher_shows_errors_instead_of_raising(monkeypatch, tmp_path):
+    calls: list = []
+    monkeypatch.setitem(sys.modules, "anchorviz.experiment", fake_experiment(calls, fail=True))
+    launcher = RunLauncher({"method": {"name": "anchor", "anchor_lambda": 0.1}}, out_dir=tmp_path)
+    assert launcher.launch() is None
+    assert isinstance(launcher.last_error, RuntimeError)
+    assert "teacher labels do not line up" in launcher.status.value
+    assert launcher.progress.bar_style == "danger"
+    assert any("RuntimeError" in o.get("text", "") for o in launcher.output.outputs)
+
+
+def test_launcher_builds_a_real_run_config(tmp_path):
+    pytest.importorskip("torch")
+    cfg_path = tmp_path / "config.yaml"
+    cfg_path.write_text("method:\n  name: anchor\n  anchor_lambda: 0.5\nseed: 2\n")
+    launcher = RunLauncher(cfg_path)
+    assert launcher.lambda_w.value == pytest.approx(0.5) and launcher.seed_w.value == 2
+    launcher.layers_w.value = "middle"
+    cfg = launcher.config()
+    assert (cfg.method.name, cfg.method.anchor_layers, cfg.seed) == ("anchor", "middle", 2)
+    assert cfg.method.anchor_lambda == pytest.approx(0.5)
+    with pytest.raises(FileNotFoundError, match="missing.yaml"):
+        RunLauncher(tmp_path / "missing.yaml")
