@@ -57,6 +57,30 @@ def _table(df) -> str:
     return t.to_string(index=False, na_rep="-")
 
 
+def _verdict(df) -> str:
+    """Plain-words reading of the table, computed from it (never a canned conclusion)."""
+    lines = []
+    naive = df[df["method"] == "naive"]
+    anchor = df[df["method"] == "anchor"]
+    for seed, g in naive.groupby("seed"):
+        r = g.iloc[0]
+        shows = r["wrg"] > 0 and r["aog"] < r["wrg"]
+        lines.append(
+            f"seed {seed}: naive student WRG {100 * r['wrg']:+.1f}, AOG {100 * r['aog']:+.1f} points: "
+            + ("in-distribution gain with a smaller out-of-distribution gain (the failure mode)"
+               if shows else "no failure mode in this run (WRG <= 0 or AOG >= WRG)"))
+        a = anchor[anchor["seed"] == seed]
+        if len(a):
+            best = a.sort_values("acc_val", ascending=False).iloc[0] if "acc_val" in a else a.iloc[0]
+            lines.append(
+                f"  ANCHOR chosen on source validation (lambda {best['anchor_lambda']:g}): NTS "
+                f"{100 * best['nts']:+.1f} vs naive {100 * r['nts']:+.1f} points")
+    if naive["seed"].nunique() < 3:
+        lines.append("One or two seeds cannot separate these effects from seed noise (about 1-2 "
+                     "points): see docs/RESULTS.md for >= 3 seeds with intervals.")
+    return "\n".join(lines)
+
+
 def cmd_demo(args) -> int:
     from anchorviz.experiment import sweep
 
@@ -68,6 +92,7 @@ def cmd_demo(args) -> int:
     df = sweep(sw, args.out)
     print("\nResults (accuracies and transfer scores in points; OOD = mean over the 3 targets):")
     print(_table(df))
+    print(_verdict(df))
     report = _write_report(args.out)
     print(f"\nHTML report: {report}")
     return EXIT_OK
@@ -211,6 +236,10 @@ def main(argv: list[str] | None = None) -> int:
     except NonFiniteLossError as err:
         print(f"error: training stopped: {err}", file=sys.stderr)
         return EXIT_TRAIN
+    except OSError as err:  # e.g. --out is a file, or a folder that cannot be written
+        logger.debug("OS error", exc_info=True)
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_OTHER
     except KeyboardInterrupt:
         print("interrupted: finished runs are kept; run the same command again to resume",
               file=sys.stderr)

@@ -20,6 +20,8 @@ import dataclasses
 import json
 import logging
 import math
+import os
+import re
 import time
 import traceback
 import types
@@ -120,10 +122,12 @@ class RunConfig:
         if m.name not in METHODS:
             raise ConfigError(f"method.name must be one of {METHODS}, got {m.name!r}")
         if m.name == "seam":
-            raise ConfigError(
-                "method 'seam' (label refinement with principle trees written by a generative "
-                "strong model) is not available in this version; use naive, confidence or anchor"
-            )
+            from anchorviz.seam import check_generative
+
+            try:
+                check_generative(self.models.student)
+            except ValueError as err:
+                raise ConfigError(f"method 'seam': {err}") from None
         if not (isinstance(m.anchor_lambda, (int, float)) and math.isfinite(m.anchor_lambda)
                 and m.anchor_lambda >= 0):
             raise ConfigError(f"method.anchor_lambda must be a finite number >= 0, got {m.anchor_lambda!r}")
@@ -131,6 +135,10 @@ class RunConfig:
             logger.warning("method anchor with anchor_lambda 0 trains exactly like naive")
         if not m.label_temperature > 0:
             raise ConfigError(f"method.label_temperature must be > 0, got {m.label_temperature!r}")
+        if not (isinstance(m.anchor_layers, str) and (m.anchor_layers in ("last", "middle", "all")
+                                                      or re.fullmatch(r" *\d+ *(, *\d+ *)*", m.anchor_layers))):
+            raise ConfigError("method.anchor_layers must be 'last', 'middle', 'all' or comma-separated "
+                              f"layer indices >= 0 such as '3,5', got {m.anchor_layers!r}")
         if m.reference not in ("auto", "copy", "adapter_off", "cached"):
             raise ConfigError(f"method.reference must be auto|copy|adapter_off|cached, got {m.reference!r}")
         if d.artifact_kind not in ("none", "marker", "length"):
@@ -307,6 +315,12 @@ def _dtype(cfg: RunConfig):
     return torch.bfloat16 if cfg.models.dtype == "bfloat16" else None
 
 
+def _seeded(train: TrainConfig, cfg: RunConfig) -> TrainConfig:
+    """The training settings with the run's seed folded in (shuffling, dropout): runs of a
+    sweep's ``seeds`` grid differ; seed 0 keeps ``train.seed`` unchanged."""
+    return dataclasses.replace(train, seed=train.seed + cfg.seed)
+
+
 def _load(cfg: RunConfig, which: str):
     from anchorviz.models import load_reward_model
 
@@ -461,7 +475,10 @@ def ensure_reference_capture(store, cfg: RunConfig, data) -> dict:
     splits = eval_splits(data)
     with store.lock(name):
         done = folder / "DONE.json"
-        ok = done.is_file() and json.loads(done.read_text()).get("hash") == config_hash(key)
+        try:
+            ok = done.is_file() and json.loads(done.read_text()).get("hash") == config_hash(key)
+        except (OSError, ValueError, AttributeError):  # truncated / corrupted marker: recompute
+            ok = False
         if ok:
             try:
                 return {s: load_captured(folder / f"{_fname(s)}.safetensors") for s in splits}
@@ -579,7 +596,7 @@ def ensure_teacher(store, cfg: RunConfig, data) -> RunResult:
         model, tok = _load(cfg, "teacher")
         train = _encode(tok, data["teacher_train"], cfg)
         val = _encode(tok, data["val"], cfg)
-        res = train_reward_model(model, train, np.ones(len(train)), cfg.teacher_train,
+        res = train_reward_model(model, train, np.ones(len(train)), _seeded(cfg.teacher_train, cfg),
                                  val=val, desc="teacher")
         w2s = _encode(tok, data["w2s_train"], cfg)
         rc, rr = score_pairs(model, w2s, batch_size=cfg.capture.batch_size,
@@ -592,7 +609,7 @@ def ensure_teacher(store, cfg: RunConfig, data) -> RunResult:
         scores, _ = evaluate_model(model, tok, data, cfg, capture=False)
         scores.to_parquet(tmp / "scores.parquet")
         res.history.to_parquet(tmp / "history.parquet")
-        _save_weights(model, tmp, full=False)
+        _save_weights(model, tmp, full=True)  # the whole trained teacher (SEAM re-scores with it)
         return {"kind": "teacher", "method": "teacher", "model": cfg.models.teacher,
                 "accuracy": _accuracy_block(scores, cfg.capture.n_boot, cfg.seed),
                 "train": {"steps": res.steps, "seconds": res.seconds,
@@ -622,6 +639,37 @@ def _save_weights(model, tmp: Path, full: bool) -> None:
     save_file(state, str(tmp / "checkpoint" / "trainable.safetensors"))
 
 
+def _seam_labels(store, cfg: RunConfig, data, teacher: RunResult, q: np.ndarray, tmp: Path):
+    """SEAM label refinement (anchorviz.seam, docs/SEAM.md): the pretrained generative student
+    writes principle trees; the trained weak teacher annotates the informative nodes."""
+    from safetensors.torch import load_file
+
+    from anchorviz.models import load_trainable_state
+    from anchorviz.seam import refine_labels, reward_score_fn
+    from anchorviz.store import config_hash
+
+    state = load_file(str(teacher.run_dir / "checkpoint" / "trainable.safetensors"))
+    if not any(k.startswith("backbone.") for k in state):
+        raise RuntimeError(f"teacher run {teacher.run_id} saved only its head; SEAM needs the "
+                           "trained teacher: delete that run directory and rerun")
+    tmodel, ttok = _load(cfg, "teacher")
+    load_trainable_state(tmodel, state)
+    dev = cfg.teacher_train.device
+    tmodel.to(dev)
+    score = reward_score_fn(tmodel, ttok, max_length=cfg.data.max_length,
+                            batch_size=cfg.capture.batch_size, device=dev)
+    cache = store.shared_dir("seam") / (
+        f"trees-{config_hash({'data': asdict(cfg.data), 'generator': cfg.models.student})}.json")
+    res = refine_labels(data["w2s_train"], q, score, cfg.models.student,
+                        temperature=cfg.method.label_temperature, seed=cfg.seed,
+                        device=cfg.student_train.device,
+                        num_threads=1 if cfg.student_train.device == "cpu" else None,
+                        cache_path=cache)
+    res.save(tmp / "seam")
+    del tmodel
+    return res.q, res.counts
+
+
 def run_student(store, cfg: RunConfig, data, kind: str = "student",
                 teacher: RunResult | None = None, ceiling: RunResult | None = None) -> RunResult:
     """Train and analyse one student (``kind="student"``) or the gold ceiling (``"ceiling"``)."""
@@ -648,6 +696,8 @@ def run_student(store, cfg: RunConfig, data, kind: str = "student",
                 raise RuntimeError("teacher labels do not line up with the w2s_train pairs")
             q = soft_labels(labels["margin"].to_numpy(), cfg.method)
             val_q = soft_labels(vlabels["margin"].to_numpy(), cfg.method)
+            if cfg.method.name == "seam":
+                q, info["seam"] = _seam_labels(store, cfg, data, teacher, q, tmp)
             method = cfg.method.name
             layers = []
             if method == "anchor":
@@ -674,7 +724,7 @@ def run_student(store, cfg: RunConfig, data, kind: str = "student",
                                           if strategy == "cached" else {}))
             info["reference"]["setup_seconds"] = time.perf_counter() - t_ref
         try:
-            res = train_reward_model(model, train, q, cfg.student_train, objective=objective,
+            res = train_reward_model(model, train, q, _seeded(cfg.student_train, cfg), objective=objective,
                                      reference=reference, val=val, val_targets=val_q, desc=run_id)
         finally:
             if reference is not None:
@@ -782,7 +832,11 @@ def load_sweep(path: str | Path) -> SweepConfig:
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"sweep file {path} does not exist")
-    return sweep_from_dict(read_yaml(path) or {}, str(path))
+    try:
+        data = read_yaml(path)
+    except Exception as err:  # yaml.YAMLError (python tags included), UnicodeDecodeError
+        raise ConfigError(f"{path}: not valid YAML ({err})") from None
+    return sweep_from_dict(data or {}, str(path))
 
 
 def expand_sweep(sw: SweepConfig) -> list[RunConfig]:
@@ -836,10 +890,10 @@ def results_table(out_dir: str | Path) -> pd.DataFrame:
     if len(df):
         df = df.sort_values(["artifact_strength", "seed", "kind", "method", "anchor_lambda",
                              "anchor_layers"]).reset_index(drop=True)
-        tmp = Path(out_dir) / ".results.parquet.tmp"
+        tmp = Path(out_dir) / f".results.parquet.{os.getpid()}.tmp"
         df.to_parquet(tmp)
         tmp.replace(Path(out_dir) / "results.parquet")
-        tmp = Path(out_dir) / ".results.csv.tmp"
+        tmp = Path(out_dir) / f".results.csv.{os.getpid()}.tmp"
         df.to_csv(tmp, index=False)
         tmp.replace(Path(out_dir) / "results.csv")
     return df

@@ -88,7 +88,7 @@ def test_config_errors_name_the_key(tmp_path):
         config_from_dict({"teacher_train": {"lr": "fast"}})
     with pytest.raises(ConfigError, match="artifact_strength"):
         config_from_dict({"data": {"artifact_strength": 1.5}})
-    with pytest.raises(ConfigError, match="seam"):
+    with pytest.raises(ConfigError, match="seam"):  # MiniLM cannot generate principle trees
         config_from_dict({"method": {"name": "seam"}})
 
 
@@ -100,3 +100,24 @@ def test_example_configs_load():
     assert cfg.method.name == "anchor" and cfg.student_train.head_lr == pytest.approx(2e-3)
     configs = expand_sweep(load_sweep(REPO_ROOT / "configs" / "sweep.yaml"))
     assert len(configs) == 2 * 3 * (1 + 1 + 2 * 2)  # strengths x seeds x (naive, confidence, 4 anchor)
+
+
+def test_seam_runs_through_the_pipeline_with_a_generative_student(tmp_path):
+    """Wiring only (tiny random decoder): trees are written and labels stay probabilities."""
+    from tiny_project import save_tiny_model
+    from transformers import LlamaForCausalLM
+
+    cfg = tiny_config(tmp_path)
+    dec = save_tiny_model(tmp_path / "models" / "dec", kind="decoder", layers=2)
+    LlamaForCausalLM.from_pretrained(dec).save_pretrained(dec)  # a generative checkpoint
+    d = cfg.to_dict()
+    d["models"]["student"] = str(dec)
+    d["method"]["name"] = "seam"
+    d["ceiling"] = False
+    d["data"]["w2s_train"] = 12
+    seam_cfg = config_from_dict(d)
+    res = run(seam_cfg, tmp_path / "out")[-1]
+    assert res.metrics["method"] == "seam" and "seam" in res.metrics
+    q = pd.read_parquet(res.run_dir / "labels.parquet")["q"]
+    assert len(q) == 12 and q.between(0, 1).all()
+    assert (res.run_dir / "seam").is_dir()
