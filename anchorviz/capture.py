@@ -191,8 +191,14 @@ def load_captured(path: str | Path, layers: list[int] | None = None) -> Captured
     path = Path(path)
     if not path.is_file():
         raise CaptureError(f"capture file {path} does not exist")
-    with safe_open(str(path), framework="numpy") as f:
-        meta = f.metadata() or {}
+    try:
+        with safe_open(str(path), framework="numpy") as f:
+            meta = f.metadata() or {}
+    except Exception as err:  # SafetensorError: truncated, empty or not a safetensors file
+        raise CaptureError(
+            f"{path}: not a readable safetensors capture ({type(err).__name__}: {err}); the file "
+            "is truncated or corrupted: delete it (or its run) to have it recomputed"
+        ) from None
     try:
         pair_ids = json.loads(meta["pair_ids"])
         all_layers = json.loads(meta["layers"])
@@ -203,7 +209,10 @@ def load_captured(path: str | Path, layers: list[int] | None = None) -> Captured
     missing = [k for k in want if k not in all_layers]
     if missing:
         raise CaptureError(f"{path}: layer(s) {missing} not captured; captured: {all_layers}")
-    t = load_file(str(path))
+    try:
+        t = load_file(str(path))
+    except Exception as err:  # a header that reads but data that does not
+        raise CaptureError(f"{path}: unreadable capture data ({type(err).__name__}: {err})") from None
     mean = {k: t[f"mean.{k}"] for k in want}
     head = {k: t[f"head.{k}"] for k in want} if f"head.{want[0]}" in t else mean
     tokens = {k: t[f"tokens.{k}"] for k in want if f"tokens.{k}" in t}

@@ -159,8 +159,13 @@ class RunConfig:
             raise ConfigError(f"models.dtype must be float32 or bfloat16, got {self.models.dtype!r}")
         if self.capture.projection not in ("auto", "umap", "pca", "none"):
             raise ConfigError(f"capture.projection must be auto|umap|pca|none, got {self.capture.projection!r}")
-        self.teacher_train.validate()
-        self.student_train.validate()
+        from anchorviz.train import TrainError
+
+        for name in ("teacher_train", "student_train"):
+            try:
+                getattr(self, name).validate()
+            except TrainError as err:  # say which of the two sections
+                raise ConfigError(f"{name}: {err}") from None
         return self
 
 

@@ -191,7 +191,8 @@ def load_backbone(
     from anchorviz.zoo import ZOO, resolve_model
 
     path = str(resolve_model(name_or_path))
-    kwargs = {"trust_remote_code": trust_remote_code}
+    # weights only through safetensors: a folder with pickled weights alone is refused
+    kwargs = {"trust_remote_code": trust_remote_code, "use_safetensors": True}
     if name_or_path in ZOO:
         kwargs.update(ZOO[name_or_path].load_kwargs)
     if dtype is not None:

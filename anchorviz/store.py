@@ -39,7 +39,7 @@ class StoreError(RuntimeError):
 
 def safe_name(name: str, what: str = "name") -> str:
     """Reject names that could escape the store (``..``, slashes, absolute paths, odd chars)."""
-    if not isinstance(name, str) or not _NAME.match(name) or ".." in name:
+    if not isinstance(name, str) or not _NAME.fullmatch(name) or ".." in name:
         raise ValueError(
             f"{what} {name!r} is not allowed: use letters, digits, '.', '_' and '-' only "
             "(no path separators or '..'), at most 128 characters"
@@ -116,19 +116,24 @@ class RunStore:
     def manifest(self, run_id: str) -> dict | None:
         path = self.run_dir(run_id) / MANIFEST
         try:
-            return json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError):
+            man = json.loads(path.read_text())
+        except (OSError, ValueError):
             return None
+        return man if isinstance(man, dict) else None
 
     def verify(self, run_dir: Path) -> tuple[bool, str]:
         """``(ok, why)``: the manifest says finished and every file matches its sha256."""
         try:
             man = json.loads((run_dir / MANIFEST).read_text())
-        except (OSError, json.JSONDecodeError) as err:
+        except (OSError, ValueError) as err:
             return False, f"no readable manifest ({err.__class__.__name__})"
+        if not isinstance(man, dict) or not isinstance(man.get("files", {}), dict):
+            return False, "manifest is not a JSON object with a 'files' mapping"
         if man.get("status") != "finished":
             return False, f"status {man.get('status')!r}"
         for rel, digest in man.get("files", {}).items():
+            if Path(rel).is_absolute() or ".." in Path(rel).parts:
+                return False, f"manifest lists {rel!r}, outside the run folder"
             p = run_dir / rel
             if not p.is_file():
                 return False, f"file {rel} is missing"

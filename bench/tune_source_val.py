@@ -10,7 +10,6 @@ teacher's label confidence. Every configuration tried is printed; docs/RESULTS.m
 from __future__ import annotations
 
 import argparse
-import itertools
 import logging
 import time
 
@@ -26,6 +25,10 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--strength", type=float, default=0.8)
     ap.add_argument("--out", default=None)
+    ap.add_argument("--teacher-grid", nargs="+", default=["5e-5:5e-5", "5e-5:2e-3", "2e-4:2e-4"],
+                    help="lr:head_lr pairs for the teacher")
+    ap.add_argument("--student-grid", nargs="+", default=["5e-5:5e-5", "5e-5:2e-3", "2e-4:2e-3"],
+                    help="lr:head_lr pairs for the naive student")
     args = ap.parse_args()
     logging.basicConfig(level=logging.WARNING)
     cfg = demo_sweep(strength=args.strength).base
@@ -33,7 +36,8 @@ def main() -> None:
     lines = ["| role | lr | head_lr | epochs | source val acc (gold) | final train loss | "
              "teacher q confidence | seconds |", "|---|---|---|---|---|---|---|---|"]
     best_teacher, best_acc = None, -1.0
-    for lr, head_lr, epochs in itertools.product([5e-5, 2e-4], [None, 2e-3], [2]):
+    grid = [tuple(float(x) for x in g.split(":")) for g in args.teacher_grid]
+    for lr, head_lr, epochs in [(a, b, 2) for a, b in grid]:
         t0 = time.time()
         model, tok = _load(cfg, "teacher")
         tr = _encode(tok, data["teacher_train"], cfg)
@@ -51,7 +55,7 @@ def main() -> None:
         if acc > best_acc:
             best_acc, best_teacher, best_margin = acc, (lr, head_lr, epochs), rc - rr
     q = soft_labels(best_margin, cfg.method)
-    for lr, head_lr in itertools.product([5e-5, 2e-4], [None, 2e-3]):
+    for lr, head_lr in [tuple(float(x) for x in g.split(":")) for g in args.student_grid]:
         t0 = time.time()
         model, tok = _load(cfg, "student")
         tr = _encode(tok, data["w2s_train"], cfg)
