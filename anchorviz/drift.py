@@ -507,7 +507,9 @@ def gram_linear_cka(
         # Both estimators are invariant to a shift of the rows; centring the columns first
         # keeps the raw Gram entries small (large offsets cancel badly in the unbiased form).
         a64 = a64 - a64.mean(axis=0)
-        k = a64 @ a64.T
+        # A plain GEMM on a transposed copy: numpy sends ``a @ a.T`` to BLAS syrk, and
+        # OpenBLAS 0.3.30/0.3.31's SkylakeX syrk segfaults for outputs past ~16,000 rows.
+        k = a64 @ np.ascontiguousarray(a64.T)
         del a64
         if debiased:
             np.fill_diagonal(k, 0.0)

@@ -314,7 +314,8 @@ def _markdown(results, args, command, ck_version, load_before, load_after, elaps
         "- **feature**: `anchorviz.drift.linear_cka` (float64 statistics X^T X, Y^T Y, X^T Y over "
         "64 MiB row chunks; no n x n matrix).",
         "- **gram**: `anchorviz.drift.gram_linear_cka`, n x n Gram matrices K = X X^T, L = Y Y^T in "
-        "numpy float64, centred in place (HKH).",
+        "numpy float64 (plain GEMM: numpy's syrk path for `a @ a.T` segfaults in OpenBLAS "
+        "0.3.30/0.3.31 on this SkylakeX CPU once n passes ~16,000), centred in place (HKH).",
         f"- **ckatorch**: `ckatorch.cka_base(x, y)` (linear kernel, biased), ckatorch "
         f"{ck_version or 'not installed'} from PyPI, installed outside the project "
         "(`pip install --no-deps --target /tmp/ckapkg ckatorch matplotlib seaborn ...`).",

@@ -94,6 +94,10 @@ def main() -> None:
     ap.add_argument("--layers", nargs="+", default=["last", "middle"])
     ap.add_argument("--no-ceiling", action="store_true")
     ap.add_argument("--target-mode", default="absent", choices=["absent", "neutral", "reversed"])
+    ap.add_argument("--sizes", type=int, nargs=5, default=None,
+                    metavar=("TEACHER", "W2S", "VAL", "SOURCE_TEST", "TARGET_TEST"),
+                    help="split sizes (default: the demo's)")
+    ap.add_argument("--max-length", type=int, default=None)
     ap.add_argument("--out", default="runs/results_default")
     ap.add_argument("--doc", default=None, help="markdown file to write")
     args = ap.parse_args()
@@ -104,8 +108,14 @@ def main() -> None:
     if args.lambdas:
         sw.anchor_lambdas = args.lambdas
     sw.artifact_strengths = args.strengths
-    sw.base = with_overrides(sw.base, **{"ceiling": not args.no_ceiling,
-                                         "data.artifact_target_mode": args.target_mode})
+    over = {"ceiling": not args.no_ceiling, "data.artifact_target_mode": args.target_mode}
+    if args.sizes:
+        for k, v in zip(("teacher_train", "w2s_train", "val", "source_test", "target_test"),
+                        args.sizes):
+            over[f"data.{k}"] = v
+    if args.max_length:
+        over["data.max_length"] = args.max_length
+    sw.base = with_overrides(sw.base, **over)
     results = sweep(sw, args.out)
     text = markdown(results, "python " + " ".join(sys.argv))
     print(text)
