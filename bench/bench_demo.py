@@ -1,0 +1,181 @@
+"""Benchmark: ``anchorviz demo`` end to end (wall time, peak memory) on this machine.
+
+Runs ``anchorviz demo --out <fresh temporary folder>`` (``--quick``: the smoke-sized demo) as a
+subprocess and reports:
+
+- wall time of the command;
+- peak memory: the largest peak RSS of any process of the child tree (``getrusage(
+  RUSAGE_CHILDREN).ru_maxrss`` after it exits), and the peak of the SUM of RSS over the child
+  tree sampled every 0.5 s with ``psutil`` (where installed; catches worker processes running
+  at the same time);
+- the load average sampled during the run (the 2 cores are shared, so this says how much of the
+  wall time was other people's work).
+
+The models come from the zoo cache (prepared beforehand; nothing is downloaded here).
+
+Usage (what produced docs/BENCHMARKS.md)::
+
+    python bench/bench_demo.py            # the full demo (several minutes)
+    python bench/bench_demo.py --quick    # the quick demo
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import common  # noqa: E402
+
+TARGET_S = 600
+TARGET_MB = 4096
+
+
+def demo_command(out: Path, quick: bool, extra: list[str] | None = None) -> list[str]:
+    exe = Path(sys.executable).with_name("anchorviz")
+    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "anchorviz.cli"]
+    return cmd + ["demo", "--out", str(out), *(["--quick"] if quick else []), *(extra or [])]
+
+
+class _Sampler(threading.Thread):
+    """Samples the RSS sum of a process tree and the load average until stopped."""
+
+    def __init__(self, pid: int, every: float = 0.5) -> None:
+        super().__init__(daemon=True)
+        self.pid, self.every = pid, every
+        self.peak_tree_mb = float("nan")
+        self.max_procs = 0
+        self.loads: list[float] = []
+        self._stop_evt = threading.Event()
+
+    def run(self) -> None:
+        try:
+            import psutil
+        except ImportError:
+            psutil = None
+        peak = 0.0
+        last_load = 0.0
+        while not self._stop_evt.is_set():
+            if psutil is not None:
+                try:
+                    root = psutil.Process(self.pid)
+                    procs = [root, *root.children(recursive=True)]
+                    total = 0
+                    for p in procs:
+                        try:
+                            total += p.memory_info().rss
+                        except psutil.Error:
+                            pass
+                    peak = max(peak, total / 1024**2)
+                    self.max_procs = max(self.max_procs, len(procs))
+                    self.peak_tree_mb = peak
+                except psutil.Error:
+                    pass
+            now = time.monotonic()
+            if now - last_load >= 5:
+                self.loads.append(common.loadavg()[0])
+                last_load = now
+            self._stop_evt.wait(self.every)
+
+    def stop(self) -> None:
+        self._stop_evt.set()
+
+
+def run_demo(out: Path, quick: bool, timeout: float, extra: list[str] | None = None,
+             log_path: Path | None = None, cmd: list[str] | None = None) -> dict:
+    """Run the demo once (or ``cmd`` instead); returns wall seconds, peaks (MB), load samples
+    and the return code."""
+    cmd = demo_command(out, quick, extra) if cmd is None else cmd
+    before = common.children_peak_rss_mb()
+    log = open(log_path, "w") if log_path else subprocess.DEVNULL
+    t0 = time.perf_counter()
+    try:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=str(common.REPO),
+                                env={**os.environ, "TQDM_DISABLE": "1"})
+        sampler = _Sampler(proc.pid)
+        sampler.start()
+        try:
+            rc = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            rc = proc.wait()
+            rc = f"killed after {timeout:.0f} s (rc {rc})"
+        wall = time.perf_counter() - t0
+        sampler.stop()
+        sampler.join(5)
+    finally:
+        if log_path:
+            log.close()
+    peak_child = common.children_peak_rss_mb()
+    return {"cmd": cmd, "rc": rc, "wall_s": wall, "peak_child_mb": peak_child,
+            "peak_child_is_new": peak_child > before, "peak_tree_mb": sampler.peak_tree_mb,
+            "max_procs": sampler.max_procs, "loads": sampler.loads}
+
+
+def markdown(res: dict, args, command: str, facts: dict, elapsed: float, tail: str) -> str:
+    loads = res["loads"]
+    mem = max(res["peak_child_mb"], res["peak_tree_mb"] if res["peak_tree_mb"] == res["peak_tree_mb"] else 0)
+    rows = [[("`anchorviz demo --quick`" if args.quick else "`anchorviz demo`"), str(res["rc"]),
+             f"{res['wall_s']:.0f} s ({res['wall_s'] / 60:.1f} min)",
+             f"{res['peak_child_mb']:,.0f}", f"{res['peak_tree_mb']:,.0f}", res["max_procs"],
+             (f"{sum(loads) / len(loads):.1f} / {max(loads):.1f}" if loads else "n/a")]]
+    table = common.md_table(["command", "exit", "wall time", "peak RSS, largest process MB",
+                             "peak RSS, sum over tree MB (0.5 s samples)", "processes (max)",
+                             "load avg during run (mean / max)"], rows)
+    ok = res["rc"] == 0
+    intro = (f"`{' '.join(Path(c).name if i == 0 else c for i, c in enumerate(res['cmd']))}` "
+             "into a fresh temporary folder, models from the zoo cache. On a machine whose 2 cores "
+             "are shared with other jobs the wall time is inflated roughly by the load: a load "
+             "average of L on 2 cores leaves this job about 2 / max(2, L) of the CPU.")
+    notes = "\n".join([
+        f"- Target: < 10 minutes on 2 cores: {common.met(ok and res['wall_s'] < TARGET_S)} "
+        f"({res['wall_s'] / 60:.1f} min at a mean load average of "
+        f"{(sum(loads) / len(loads)) if loads else float('nan'):.1f}).",
+        f"- Target: < 4 GB peak memory: {common.met(ok and mem < TARGET_MB)} ({mem:,.0f} MB).",
+        ("- The demo's final output:\n\n```\n" + tail.strip() + "\n```") if tail.strip() else "",
+    ])
+    return common.section("bench_demo", intro, table, notes, command, facts, elapsed)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="the quick demo")
+    ap.add_argument("--timeout", type=float, default=3600)
+    ap.add_argument("--keep", type=Path, default=None, help="write the demo here and keep it")
+    ap.add_argument("--no-write", action="store_true")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    facts = common.machine_facts()
+    t0 = time.time()
+    tmp = Path(tempfile.mkdtemp(prefix="bench-demo-"))
+    out = args.keep if args.keep is not None else tmp / "demo"
+    log_path = tmp / "demo.log"
+    try:
+        res = run_demo(out, args.quick, args.timeout, log_path=log_path)
+        text = log_path.read_text(errors="replace")
+        start = text.rfind("Results (")
+        tail = text[start:] if start >= 0 else "\n".join(text.splitlines()[-15:])
+        tail = "\n".join(ln for ln in tail.splitlines() if not ln.startswith("HTML report"))
+        if res["rc"] != 0:
+            print(text[-4000:], file=sys.stderr)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    md = markdown(res, args, common.command_line("bench_demo.py", argv), facts, time.time() - t0,
+                  tail)
+    print(md)
+    if not args.no_write:
+        print(f"updated {common.update_section('bench_demo', md)}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

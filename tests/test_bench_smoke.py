@@ -1,0 +1,127 @@
+"""Smoke tests of the benchmark scripts in bench/: each core function runs on tiny sizes.
+
+No timing assertions (the machine is shared); only that the code paths run and produce tables.
+The TRL side of bench_trl.py needs a separate venv with TRL; it runs only when
+ANCHORVIZ_TRL_PYTHON names that venv's python.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import toy_pairs
+from tiny_project import save_tiny_model
+
+BENCH = Path(__file__).resolve().parent.parent / "bench"
+sys.path.insert(0, str(BENCH))
+
+import bench_capture  # noqa: E402
+import bench_demo  # noqa: E402
+import bench_step  # noqa: E402
+import bench_trl  # noqa: E402
+import bench_widgets  # noqa: E402
+import common  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory) -> Path:
+    return save_tiny_model(tmp_path_factory.mktemp("bench") / "student", layers=2, seed=0)
+
+
+def _facts():
+    return common.machine_facts()
+
+
+def test_common_sections(tmp_path):
+    doc = tmp_path / "BENCH.md"
+    times = common.interleaved({"a": lambda: 1.0, "b": lambda: None}, repeats=3, warmup=1)
+    assert len(times["a"]) == len(times["b"]) == 3 and times["a"] == [1.0] * 3
+    common.update_section("bench_widgets", "## x\n\nfirst", path=doc)
+    common.update_section("bench_step", "## y\n\nstep", path=doc)
+    common.update_section("bench_widgets", "## x\n\nsecond", path=doc)
+    text = doc.read_text()
+    assert "second" in text and "first" not in text and "step" in text
+    assert text.index("<!-- bench_step -->") < text.index("<!-- bench_widgets -->")
+    assert text.count("<!-- bench_cka -->") == 1
+    assert "| a | b |" in common.md_table(["a", "b"], [[1, 2.5]])
+
+
+def test_bench_step_all_variants(tiny_model, tmp_path):
+    args = bench_step.build_parser().parse_args(
+        ["--model", str(tiny_model), "--steps", "1", "--repeats", "1", "--batch-size", "4",
+         "--max-length", "16", "--no-memory", "--mem-steps", "1"])
+    res = bench_step.measure(args, log=lambda m: None, pairs=toy_pairs(8))
+    assert set(res["times"]) == set(bench_step.VARIANTS)
+    assert all(len(v) == 1 and v[0] > 0 for v in res["times"].values())
+    assert res["setup_s"]["anchor-cached"] >= 0
+    # the memory worker's body, in-process
+    s = bench_step.setup_variant("anchor-cached", args, toy_pairs(4))
+    assert bench_step.step_seconds(s) > 0
+    s.reference.close()
+    res["memory"] = {k: {"peak_rss_mb": 100.0, "rss_before_load_mb": 50.0} for k in res["times"]}
+    md = bench_step.markdown(res, args, "python bench/bench_step.py", _facts(), 1.0)
+    assert "anchor-adapter_off" in md and "Target" in md
+    assert len(bench_step.synthetic_pairs(3)) == 3
+
+
+def test_bench_trl_anchorviz_side(tiny_model, tmp_path):
+    args = bench_trl.build_parser().parse_args(
+        ["--model", str(tiny_model), "--steps", "2", "--batch-size", "4", "--max-length", "16"])
+    model, enc, spec_path, tokens = bench_trl.prepare(args, tmp_path, pairs=toy_pairs(8))
+    spec = json.loads(spec_path.read_text())
+    assert len(spec["chosen_ids"]) == 8 and tokens > 0
+    assert sorted(map(tuple, spec["chosen_ids"])) == sorted(map(tuple, enc.chosen_ids))
+    out = bench_trl.anchorviz_run(model, enc, args)
+    assert out["steps"] == 2 and out["loop_s"] > 0
+    res = {"runs": {"anchorviz": [out], "trl": [{**out, "optim": "adamw_torch"}]},
+           "info": {"trl": "x"}, "tokens": tokens, "n_pairs": 8}
+    assert "`trl`" in bench_trl.markdown(res, args, "cmd", _facts(), 1.0)
+    assert "could not be used" in bench_trl.unavailable_markdown("no venv", "cmd", _facts())
+
+
+@pytest.mark.skipif(not os.environ.get("ANCHORVIZ_TRL_PYTHON"),
+                    reason="set ANCHORVIZ_TRL_PYTHON to a venv with TRL to run its worker")
+def test_bench_trl_worker(tiny_model, tmp_path):
+    args = bench_trl.build_parser().parse_args(
+        ["--model", str(tiny_model), "--steps", "1", "--repeats", "1", "--batch-size", "4",
+         "--max-length", "16", "--trl-variants", "trl-adamw_torch"])
+    res = bench_trl.measure(args, log=lambda m: None, pairs=toy_pairs(4))
+    assert res["runs"]["trl-adamw_torch"][0]["steps"] == 1
+
+
+def test_bench_capture(tiny_model):
+    from anchorviz.models import load_reward_model
+    from anchorviz.tokenization import encode_pairs
+
+    model, tok = load_reward_model(str(tiny_model), dropout=False)
+    enc = encode_pairs(tok, toy_pairs(10), max_length=16)
+    times = bench_capture.measure(model, enc, batch_size=4, repeats=1, log=lambda m: None)
+    assert set(times) == {"bare", "bare+hidden", "capture"}
+    args = bench_capture.build_parser().parse_args(["--model", str(tiny_model)])
+    assert "capture" in bench_capture.markdown(times, args, 10, 100, 2, "cmd", _facts(), 1.0)
+
+
+def test_bench_widgets(tmp_path):
+    sweep = bench_widgets.build_fake_sweep(tmp_path / "sweep", n_pairs=20, seeds=(0,),
+                                           lambdas=(0.1, 1.0))
+    res = bench_widgets.measure(sweep, changes=5, log=lambda m: None)
+    assert len(res["ms"]["umap"]) == 5
+    args = bench_widgets.build_parser().parse_args([])
+    assert "UMAP panel" in bench_widgets.markdown(res, args, "fake", "cmd", _facts(), 1.0)
+
+
+def test_bench_demo_runner(tmp_path):
+    cmd = [sys.executable, "-c", "import time; x = bytearray(50 * 2**20); time.sleep(1.2); "
+           "print('Results (x):'); print('done')"]
+    res = bench_demo.run_demo(tmp_path / "out", quick=True, timeout=60, cmd=cmd,
+                              log_path=tmp_path / "log")
+    assert res["rc"] == 0 and res["wall_s"] > 1
+    assert res["peak_child_mb"] >= 50
+    assert bench_demo.demo_command(tmp_path, quick=True)[-1] == "--quick"
+    args = bench_demo.build_parser().parse_args(["--quick"])
+    md = bench_demo.markdown(res, args, "cmd", _facts(), 1.0, "Results (x):\ndone")
+    assert "Target" in md

@@ -1,0 +1,260 @@
+"""A real browser drives the ANCHOR explorer in JupyterLab.
+
+JupyterLab serves a temporary copy of ``notebooks/`` (smoke mode, the sweep trained beforehand
+from Python with the very call notebook 03 makes, so the notebook only reads it); headless
+Chromium, driven by Playwright, opens ``03_anchor_explorer.ipynb``, runs all cells, waits for
+the lambda slider, moves it with the keyboard and checks that the explorer's figures changed.
+A screenshot goes to ``test-artifacts/anchor_explorer.png``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+try:
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+    from playwright.sync_api import sync_playwright
+except ImportError:  # the module is skipped below
+    PlaywrightTimeout = sync_playwright = None
+
+REPO = Path(__file__).resolve().parent.parent
+NOTEBOOK_DIR = REPO / "notebooks"
+NOTEBOOK = "03_anchor_explorer.ipynb"
+ARTIFACTS = REPO / "test-artifacts"
+
+
+def _chromium() -> str | None:
+    for cand in (os.environ.get("ANCHORVIZ_CHROMIUM"), "/usr/bin/chromium",
+                 shutil.which("chromium"), shutil.which("chromium-browser"),
+                 shutil.which("google-chrome")):
+        if cand and Path(cand).is_file() and os.access(cand, os.X_OK):
+            return cand
+    return None
+
+
+CHROMIUM = _chromium()
+HAVE_PLAYWRIGHT = sync_playwright is not None
+HAVE_LAB = importlib.util.find_spec("jupyterlab") is not None
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.browser,
+    pytest.mark.skipif(CHROMIUM is None, reason="no Chromium executable (/usr/bin/chromium or "
+                                                "$ANCHORVIZ_CHROMIUM) for the browser test"),
+    pytest.mark.skipif(not HAVE_PLAYWRIGHT, reason="playwright is not installed "
+                                                   "(pip install playwright; no browser download "
+                                                   "needed, the system Chromium is used)"),
+    pytest.mark.skipif(not HAVE_LAB, reason="jupyterlab is not installed"),
+]
+
+CHROME_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+               "--disable-background-networking", "--disable-component-update", "--disable-sync",
+               "--disable-dev-shm-usage"]
+
+# every .js-plotly-plot in the page: its title and a digest of each trace's data
+_FIGURES_JS = """() => Array.from(document.querySelectorAll('.js-plotly-plot')).map(el => ({
+    title: (el.layout && el.layout.title && (el.layout.title.text || el.layout.title)) || '',
+    traces: (el.data || []).map(t => ({
+        name: t.name || '',
+        y: Array.from(t.y || []).slice(0, 50).map(v => (typeof v === 'number' ? +v.toFixed(6) : v)),
+    })),
+}))"""
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _smoke_module():
+    spec = importlib.util.spec_from_file_location("_anchorviz_nb_smoke", NOTEBOOK_DIR / "_smoke.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _runs_folder(tmp_path_factory) -> Path:
+    """The runs folder of this test session, shared by the notebook and browser tests (the
+    smoke sweep is trained once). ``$ANCHORVIZ_TEST_NOTEBOOK_RUNS`` reuses a folder across
+    sessions instead (a local shortcut: runs of older code in it would be reused too)."""
+    env = os.environ.get("ANCHORVIZ_TEST_NOTEBOOK_RUNS")
+    runs = Path(env) if env else tmp_path_factory.getbasetemp() / "anchorviz-notebook-runs"
+    runs.mkdir(parents=True, exist_ok=True)
+    return runs
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    """JupyterLab on a free localhost port over a copy of notebooks/; yields (url, runs)."""
+    root = tmp_path_factory.mktemp("lab")
+    nbdir = root / "notebooks"
+    shutil.copytree(NOTEBOOK_DIR, nbdir,
+                    ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__"))
+    runs = _runs_folder(tmp_path_factory)
+    # the sweep notebook 03 asks for in smoke mode, trained here so that the page only reads it
+    smoke = _smoke_module()
+    sw = smoke.demo_config(True, strengths=[smoke.STRENGTH], anchor_lambdas=[1.0, 10.0])
+    t0 = time.perf_counter()
+    smoke.ensure_sweep(sw, smoke.sweep_dir(runs, True))
+    print(f"smoke sweep ready in {time.perf_counter() - t0:.0f} s")
+
+    # render every cell (no virtual scrolling, so widgets out of view stay in the DOM) and
+    # do not ask about news
+    settings = root / "settings" / "@jupyterlab"
+    for ext, name, value in (("notebook-extension", "tracker", {"windowingMode": "none"}),
+                             ("apputils-extension", "notification", {"fetchNews": "false"})):
+        (settings / ext).mkdir(parents=True, exist_ok=True)
+        (settings / ext / f"{name}.jupyterlab-settings").write_text(json.dumps(value))
+
+    port = _free_port()
+    env = dict(os.environ, ANCHORVIZ_SMOKE="1", ANCHORVIZ_NOTEBOOK_RUNS=str(runs),
+               TQDM_DISABLE="1", JUPYTER_RUNTIME_DIR=str(root / "runtime"),
+               JUPYTERLAB_WORKSPACES_DIR=str(root / "workspaces"),
+               JUPYTERLAB_SETTINGS_DIR=str(root / "settings"), PYDEVD_DISABLE_FILE_VALIDATION="1")
+    log = open(root / "jupyterlab.log", "w")  # noqa: SIM115 -- closed in the teardown
+    cmd = [sys.executable, "-m", "jupyter", "lab", "--no-browser", f"--port={port}",
+           "--ServerApp.ip=127.0.0.1", "--ServerApp.port_retries=0", "--ServerApp.token=",
+           "--ServerApp.password=", f"--ServerApp.root_dir={nbdir}",
+           "--LabApp.news_url=", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+           "--LabApp.extension_manager=readonly"]
+    if hasattr(os, "geteuid") and os.geteuid() == 0:  # containers and CI runners often are root
+        cmd.append("--allow-root")
+    proc = subprocess.Popen(cmd, cwd=nbdir, env=env, stdout=log, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"JupyterLab exited with {proc.returncode}: "
+                                   + (root / "jupyterlab.log").read_text()[-3000:])
+            try:
+                with urllib.request.urlopen(f"{url}/api/status", timeout=5) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError("JupyterLab did not answer within 120 s: "
+                                   + (root / "jupyterlab.log").read_text()[-3000:])
+            time.sleep(1)
+        yield url, runs
+    finally:
+        # the server, its kernels and anything they started share one process group: ours
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(timeout=20)
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            proc.wait(timeout=10)
+        log.close()
+
+
+def _figures(page) -> list[dict]:
+    return page.evaluate(_FIGURES_JS)
+
+
+def _explorer_titles(figs: list[dict]) -> list[str]:
+    return [f["title"] for f in figs if str(f["title"]).startswith(("Drift per layer",
+                                                                    "Pairwise accuracy"))]
+
+
+def _run_all_cells(page) -> None:
+    """Run > Run All Cells, again if no cell was queued (the menu entry can be inert while
+    the kernel session is still connecting)."""
+    for _attempt in range(4):
+        page.locator(".jp-NotebookPanel .jp-Cell").first.click()
+        page.get_by_role("menuitem", name="Run", exact=True).click()
+        page.get_by_role("menuitem", name="Run All Cells", exact=True).click()
+        try:  # a queued or finished cell shows [*] or [n] in its prompt
+            page.wait_for_function(
+                """() => Array.from(document.querySelectorAll('.jp-InputArea-prompt'))
+                       .some(e => /\\[(\\*|\\d+)\\]/.test(e.innerText))""", timeout=20_000)
+            return
+        except PlaywrightTimeout:
+            page.keyboard.press("Escape")
+    raise AssertionError("Run > Run All Cells did not start any cell")
+
+
+def test_lambda_slider_changes_the_figures(lab, tmp_path):
+    url, _runs = lab
+    t0 = time.perf_counter()
+    ARTIFACTS.mkdir(exist_ok=True)
+    with sync_playwright() as p:
+        ctx = p.chromium.launch_persistent_context(
+            str(tmp_path / "chromium-profile"), executable_path=CHROMIUM, headless=True,
+            args=CHROME_ARGS, viewport={"width": 1600, "height": 1300})
+        page = ctx.pages[0] if ctx.pages else ctx.new_page()
+        try:
+            page.set_default_timeout(60_000)
+            page.goto(f"{url}/lab/tree/{NOTEBOOK}")
+            page.wait_for_selector(".jp-NotebookPanel .jp-Cell", timeout=120_000)
+            # the kernel named in the notebook starts by itself; wait until it is idle
+            page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']",
+                                   timeout=180_000)
+            _run_all_cells(page)
+
+            handle = page.locator(".jupyter-widgets .noUi-handle").first  # the explorer's λ
+            handle.wait_for(state="attached", timeout=600_000)
+            # the explorer's panels (FigureWidgets) carry data ...
+            page.wait_for_function(
+                """() => Array.from(document.querySelectorAll('.js-plotly-plot')).some(el =>
+                       el.layout && el.layout.title && String(el.layout.title.text || '')
+                       .startsWith('Drift per layer') && (el.data || []).some(t =>
+                       t.y && t.y.length))""", timeout=300_000)
+            # ... and the whole notebook has run when the launcher's status line printed
+            page.wait_for_function(
+                "() => document.body.innerText.includes('already finished, reused')",
+                timeout=600_000)
+            handle.scroll_into_view_if_needed()
+            before = _figures(page)
+            readout = page.locator(".widget-readout").first.inner_text()
+            page.evaluate(f"() => {{ window.__figs = {_FIGURES_JS}; "
+                          "window.__before = JSON.stringify(window.__figs()); }")
+
+            handle.click()
+            for key in ("Home", "End", "ArrowLeft", "ArrowRight"):
+                page.keyboard.press(key)
+                try:
+                    page.wait_for_function(
+                        "() => JSON.stringify(window.__figs()) !== window.__before",
+                        timeout=15_000)
+                    break
+                except PlaywrightTimeout:  # at that end already: try the other way
+                    continue
+            page.wait_for_timeout(1000)  # let the last batch_update paint
+            after = _figures(page)
+            new_readout = page.locator(".widget-readout").first.inner_text()
+            handle.scroll_into_view_if_needed()
+            page.screenshot(path=str(ARTIFACTS / "anchor_explorer.png"))
+        except Exception:
+            page.screenshot(path=str(ARTIFACTS / "anchor_explorer_failure.png"))
+            raise
+        finally:
+            ctx.close()
+    print(f"browser test: {time.perf_counter() - t0:.0f} s in the browser")
+
+    assert new_readout != readout, f"the slider did not move (readout stayed {readout!r})"
+    old_titles, new_titles = _explorer_titles(before), _explorer_titles(after)
+    assert old_titles, "no explorer figure (drift / accuracy panel) found in the page"
+    assert new_titles != old_titles, f"explorer titles did not change: {old_titles}"
+    assert any(f"λ={new_readout}" in t for t in new_titles), (new_readout, new_titles)
+    drift_before = [f for f in before if str(f["title"]).startswith("Drift per layer")]
+    drift_after = [f for f in after if str(f["title"]).startswith("Drift per layer")]
+    assert drift_before[0]["traces"] != drift_after[0]["traces"], "drift curves did not change"
