@@ -66,8 +66,9 @@ def best_on_source_val(results: pd.DataFrame) -> pd.DataFrame:
 
 
 def _paired(results: pd.DataFrame, a_mask, b_mask, col_a: str, col_b: str) -> dict:
-    a = results[a_mask].set_index("seed")[col_a]
-    b = results[b_mask].set_index("seed")[col_b]
+    # one value per seed (a folder holding several runs of one condition averages them)
+    a = results[a_mask].groupby("seed")[col_a].mean()
+    b = results[b_mask].groupby("seed")[col_b].mean()
     seeds = sorted(set(a.index) & set(b.index))
     d = np.array([a.loc[s] - b.loc[s] for s in seeds], dtype=float)
     if len(d) == 0:
