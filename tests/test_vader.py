@@ -135,10 +135,8 @@ def test_pairs_schema_margin_disjoint(domain: str, default_pairs: dict) -> None:
 
 
 def test_pairs_validate_with_data_module(default_pairs: dict) -> None:
-    try:
-        from anchorviz.data import validate_pairs
-    except (ImportError, AttributeError):  # data.py is written separately
-        pytest.skip("anchorviz.data.validate_pairs not available")
+    from anchorviz.data import validate_pairs
+
     validate_pairs(default_pairs["tweets"], "vader-tweets")
 
 
