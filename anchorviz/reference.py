@@ -98,6 +98,9 @@ class CopyReference(Reference):
 
     @torch.no_grad()
     def states(self, index, batch):
+        device = batch.input_ids.device
+        if next(self.backbone.parameters()).device != device:  # built before training moved
+            self.backbone.to(device)  # the student to its device (e.g. CUDA): follow it once
         return _hidden(self.backbone, batch, self.layers)
 
     def close(self) -> None:

@@ -14,7 +14,7 @@ Interleaved rounds (order rotating), median per variant, ratios = medians of per
 
 Usage (what produced docs/BENCHMARKS.md)::
 
-    python bench/bench_capture.py
+    python bench/bench_capture.py --repeats 10
 """
 
 from __future__ import annotations
@@ -116,6 +116,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--max-length", type=int, default=64)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--threads", type=int, default=0,
+                    help="torch intra-op threads (0: torch's default; 1 is steadier on a shared "
+                         "machine)")
     ap.add_argument("--no-write", action="store_true")
     return ap
 
@@ -128,6 +131,10 @@ def main(argv: list[str] | None = None) -> None:
     from anchorviz.models import load_reward_model
     from anchorviz.tokenization import encode_pairs
 
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
     facts = common.machine_facts()
     t0 = time.time()
     model, tok = load_reward_model(args.model, dropout=False)

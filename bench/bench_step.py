@@ -20,7 +20,8 @@ training steps), peak RSS from ``getrusage`` (and ``torch.cuda.max_memory_alloca
 
 Usage (what produced docs/BENCHMARKS.md)::
 
-    python bench/bench_step.py
+    python bench/bench_step.py             # idle machine (torch default: 2 threads)
+    python bench/bench_step.py --threads 1 # steadier while other jobs share the cores
 
 GPU (not run here: no GPU was lent to this task) with a larger random-weight backbone::
 

@@ -64,6 +64,8 @@ def trl_worker(spec_path: str) -> None:
     transformers.logging.set_verbosity_error()
     logging.getLogger("trl").setLevel(logging.ERROR)
     spec = json.loads(Path(spec_path).read_text())
+    if spec.get("threads"):
+        torch.set_num_threads(spec["threads"])
     ds = Dataset.from_dict({"chosen_ids": spec["chosen_ids"], "rejected_ids": spec["rejected_ids"]})
     use_cpu = spec["device"] == "cpu"
 
@@ -97,7 +99,7 @@ def trl_worker(spec_path: str) -> None:
             dataloader_pin_memory=False, logging_strategy="no", save_strategy="no",
             eval_strategy="no", report_to="none", disable_tqdm=True, use_cpu=use_cpu, **over)
     info = {"trl": trl.__version__, "transformers": transformers.__version__,
-            "torch": torch.__version__, "model_class": type(next(iter(models.values()))).__name__}
+            "torch": torch.__version__, "threads": torch.get_num_threads(), "model_class": type(next(iter(models.values()))).__name__}
 
     def run(name: str) -> dict:
         clock = Clock()
@@ -200,7 +202,7 @@ def prepare(args, tmp: Path, pairs=None):
     perm = np.random.default_rng(args.seed).permutation(len(enc)).tolist()  # anchorviz's order
     spec = {"model_path": str(resolve_model(args.model)), "seed": args.seed,
             "batch_size": args.batch_size, "steps": args.steps, "max_length": args.max_length,
-            "device": args.device, "variants": {k: TRL_VARIANTS[k] for k in args.trl_variants},
+            "device": args.device, "threads": args.threads, "variants": {k: TRL_VARIANTS[k] for k in args.trl_variants},
             "chosen_ids": [enc.chosen_ids[i] for i in perm],
             "rejected_ids": [enc.rejected_ids[i] for i in perm]}
     spec_path = tmp / "trl_spec.json"
@@ -280,7 +282,8 @@ def markdown(res: dict, args, command: str, facts: dict, elapsed: float) -> str:
         f"`{args.device}`, {args.repeats} interleaved rounds (order rotating) after one untimed "
         "warm-up call each; ratios are medians of per-round ratios (range over rounds). "
         f"TRL {info.get('trl')}, transformers {info.get('transformers')}, torch "
-        f"{info.get('torch')} in the separate venv (`{args.trl_python}`)."
+        f"{info.get('torch')} ({info.get('threads')} threads) in the separate venv "
+        f"(`{args.trl_python}`)."
     )
     notes = "\n".join([
         "- TRL settings: `RewardConfig(per_device_train_batch_size=16, max_steps=N, "
@@ -320,6 +323,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--steps", type=int, default=4, help="optimiser steps per round")
     ap.add_argument("--repeats", type=int, default=4)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--threads", type=int, default=0,
+                    help="torch intra-op threads on both sides (0: torch's default)")
     ap.add_argument("--trl-python", default=TRL_PYTHON, help="python of the TRL venv")
     ap.add_argument("--trl-variants", nargs="+", default=list(TRL_VARIANTS),
                     choices=list(TRL_VARIANTS))
@@ -337,6 +342,10 @@ def main(argv: list[str] | None = None) -> None:
     import logging
 
     logging.basicConfig(level=logging.WARNING)
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
     facts = common.machine_facts()
     command = common.command_line("bench_trl.py", argv)
     ok, why = trl_available(args.trl_python)
