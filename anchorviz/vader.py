@@ -41,9 +41,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from anchorviz.data import PAIR_COLUMNS  # the one schema (data.py imports us lazily)
 from anchorviz.paths import cache_subdir
 
 logger = logging.getLogger(__name__)
+
+_PAIR_COLUMNS: tuple[str, ...] = tuple(PAIR_COLUMNS)  # alias of the data-layer schema
 
 VADER_DOMAINS: tuple[str, ...] = ("movie", "amazon", "nyt", "tweets")
 """Domain names as used in the ``domain`` column (dataset name: ``f"vader-{domain}"``)."""
@@ -66,18 +69,6 @@ _PARSER_VERSION = 2  # bump when parsing changes: the parquet cache lives in par
 _RATING_MIN, _RATING_MAX = -4, 4
 _MARGIN_TOL = 1e-9  # means are ratios of small integers: 0.65 - 0.15 must clear a 0.5 margin
 
-# The anchorviz pair schema (docs/ARCHITECTURE.md); kept here so this module does not depend on
-# data.py at import time.
-_PAIR_COLUMNS: tuple[str, ...] = (
-    "pair_id",
-    "dataset",
-    "domain",
-    "prompt",
-    "chosen",
-    "rejected",
-    "prompt_turns",
-    "meta",
-)
 
 SOURCE_NAME = f"vaderSentiment-{VADER_VERSION} hutto_ICWSM_2014"
 CITATION = (
@@ -737,7 +728,7 @@ def vader_pairs(
                 "meta": meta,
             }
         )
-    df = pd.DataFrame.from_records(rows, columns=list(_PAIR_COLUMNS))
+    df = pd.DataFrame.from_records(rows, columns=list(PAIR_COLUMNS))
     flips = float(np.mean([not m["label_is_gold"] for m in df["meta"]])) if len(df) else 0.0
     df.attrs.update(
         {
