@@ -904,6 +904,29 @@ def results_table(out_dir: str | Path) -> pd.DataFrame:
     return df
 
 
+def artifact_accuracy(run_dir: str | Path) -> dict[str, tuple[float, int]]:
+    """ID (``source_test``) accuracy of a finished run split by whether the pair carries the
+    planted artefact: ``{"marked": (acc, n), "clean": (acc, n)}``; ``{}`` without an artefact.
+
+    A pure function of the run folder (its ``config.yaml`` rebuilds the split deterministically,
+    ``scores.parquet`` holds the rewards). ``clean`` accuracy is the skill the targets can use;
+    a model whose ID accuracy rests on the shortcut is high on ``marked`` and low on ``clean``."""
+    from anchorviz.metrics import accuracy_by_group, per_pair_correct
+    from anchorviz.store import read_yaml
+
+    run_dir = Path(run_dir)
+    data = read_yaml(run_dir / "config.yaml")["data"]
+    if data.get("artifact_kind", "none") == "none" or not data.get("artifact_strength"):
+        return {}
+    src = prepare_data(DataConfig(**data))["source_test"]
+    side = {pid: (m or {}).get("artifact_side") for pid, m in zip(src["pair_id"], src["meta"])}
+    scores = pd.read_parquet(run_dir / "scores.parquet")
+    scores = scores[scores["split"] == "source_test"]
+    correct = per_pair_correct(scores["r_chosen"].to_numpy(), scores["r_rejected"].to_numpy())
+    groups = ["marked" if side.get(p) else "clean" for p in scores["pair_id"]]
+    return accuracy_by_group(correct, groups)
+
+
 def _result_row(run_id: str, key: dict, m: dict, run_dir: Path) -> dict:
     data = key["data"]
     meth = key.get("method", {})
@@ -942,4 +965,7 @@ def _result_row(run_id: str, key: dict, m: dict, run_dir: Path) -> dict:
     row["q_confidence"] = lab.get("q_confidence", np.nan)
     row["acc_val"] = m.get("acc_val", np.nan)
     row["seconds"] = m.get("seconds", np.nan)
+    if (run_dir / "scores.parquet").is_file():
+        for group, (acc, _) in artifact_accuracy(run_dir).items():
+            row[f"acc_id_{group}"] = acc
     return row

@@ -32,6 +32,7 @@ from scipy import stats
 __all__ = [
     "Interval",
     "SeedSummary",
+    "accuracy_by_group",
     "bootstrap_accuracy_ci",
     "paired_bootstrap_transfer",
     "pairwise_accuracy",
@@ -121,6 +122,19 @@ def per_pair_correct(r_chosen: ArrayLike, r_rejected: ArrayLike) -> np.ndarray:
 def pairwise_accuracy(r_chosen: ArrayLike, r_rejected: ArrayLike) -> float:
     """Fraction of pairs with ``r_chosen > r_rejected``, ties counting half."""
     return float(per_pair_correct(r_chosen, r_rejected).mean())
+
+
+def accuracy_by_group(correct: ArrayLike, groups: ArrayLike) -> dict[str, tuple[float, int]]:
+    """Accuracy and pair count per group label: ``{group: (accuracy, n)}``.
+
+    ``correct`` is per-pair correctness (0, 0.5, 1; see `per_pair_correct`), ``groups`` one label
+    per pair (e.g. whether the pair carries the planted artefact), so a shortcut shows as a gap
+    between the groups."""
+    c = _as_correct(correct, "correct")
+    g = np.asarray(groups).astype(str)
+    if g.shape != c.shape:
+        raise ValueError(f"groups must give one label per pair: {g.size} labels for {c.size} pairs")
+    return {str(k): (float(c[g == k].mean()), int((g == k).sum())) for k in np.unique(g)}
 
 
 # --------------------------------------------------------------------------- transfer scores

@@ -349,7 +349,7 @@ def sweep_targets(results: pd.DataFrame) -> list[str]:
                 if t and t != "nan" and t not in names:
                     names.append(t)
     if not names:  # fall back to the per-target accuracy columns
-        skip = {"id", "ood"}
+        skip = {"id", "ood", "val", "id_marked", "id_clean"}
         names = [c[4:] for c in results.columns if c.startswith("acc_")
                  and not c.endswith(("_lo", "_hi")) and c[4:] not in skip]
     return names

@@ -16,7 +16,7 @@ import pandas as pd
 from anchorviz.metrics import seed_summary
 
 CONDITION = ["artifact_strength", "kind", "method", "anchor_lambda", "anchor_layers"]
-METRICS = ["acc_val", "acc_id", "acc_ood", "wrg", "aog", "nts", "pgr", "drift_cos_source",
+METRICS = ["acc_val", "acc_id", "acc_id_marked", "acc_id_clean", "acc_ood", "wrg", "aog", "nts", "pgr", "drift_cos_source",
            "drift_cos_target", "drift_cka_source", "drift_cka_target", "q_confidence"]
 
 

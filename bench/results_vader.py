@@ -33,11 +33,14 @@ def markdown(results: pd.DataFrame, command: str, note: str = "") -> str:
     s = summarize(results)
     targets = sorted(c[4:] for c in results.columns
                      if c.startswith("acc_") and not c.endswith(("_lo", "_hi"))
-                     and c not in ("acc_id", "acc_ood", "acc_val"))
+                     and c not in ("acc_id", "acc_ood", "acc_val")
+                     and not c.startswith("acc_id_"))
     out = [f"Command: `{command}`", ""]
     if note:
         out += [note, ""]
+    split_id = "acc_id_clean" in results.columns
     head = ("| strength | method | lambda | layers | seeds | val (src) | ID | "
+            + ("ID marked | ID clean | " if split_id else "")
             + " | ".join(targets) + " | OOD | WRG | AOG | NTS | PGR | cos drift src | "
             "cos drift tgt | CKA tgt | q conf |")
     out += [head, "|" + "---|" * (head.count("|") - 1)]
@@ -50,6 +53,9 @@ def markdown(results: pd.DataFrame, command: str, note: str = "") -> str:
                  r["anchor_layers"] or "-", str(r["n_seeds"]),
                  points(r.get("acc_val_mean"), r.get("acc_val_hw")),
                  points(r["acc_id_mean"], r["acc_id_hw"])]
+        if split_id:
+            cells += [points(r.get(f"acc_id_{g}_mean"), r.get(f"acc_id_{g}_hw"))
+                      for g in ("marked", "clean")]
         cells += [points(r.get(f"acc_{t}_mean"), r.get(f"acc_{t}_hw")) for t in targets]
         cells += [points(r["acc_ood_mean"], r["acc_ood_hw"])]
         for c in ("wrg", "aog", "nts", "pgr"):
@@ -60,7 +66,10 @@ def markdown(results: pd.DataFrame, command: str, note: str = "") -> str:
         out.append("| " + " | ".join(str(c) for c in cells) + " |")
     out += ["", "Mean over seeds ± 95% t-interval half-width, in points (accuracies and transfer "
             "scores); drift and label confidence are unitless means. val (src) = gold accuracy on "
-            "the SOURCE validation split, the only number used to choose ANCHOR's setting.", ""]
+            "the SOURCE validation split, the only number used to choose ANCHOR's setting."
+            + (" ID marked / ID clean = ID accuracy on the source-test pairs that carry / lack "
+               "the planted artefact (clean is the skill the targets can use)." if split_id else ""),
+            ""]
     best = best_on_source_val(results)
     out += ["| strength | naive WRG | naive WRG - AOG (paired) | failure mode? | ANCHOR chosen on "
             "source val | NTS(ANCHOR) - NTS(naive) (paired) | beyond seed spread? |",

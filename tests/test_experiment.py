@@ -121,3 +121,24 @@ def test_seam_runs_through_the_pipeline_with_a_generative_student(tmp_path):
     q = pd.read_parquet(res.run_dir / "labels.parquet")["q"]
     assert len(q) == 12 and q.between(0, 1).all()
     assert (res.run_dir / "seam").is_dir()
+
+
+def test_artifact_accuracy_splits_id_by_the_planted_marker(tmp_path):
+    cfg = tiny_config(tmp_path, **{"data.artifact_kind": "marker", "data.artifact_strength": 0.5,
+                                   "data.source_test": 20})
+    cfg.ceiling = False
+    out = tmp_path / "out"
+    student = run(cfg, out)[-1].run_dir
+    split = ex.artifact_accuracy(student)
+    assert set(split) == {"marked", "clean"}
+    assert split["marked"][1] == 10 and split["clean"][1] == 10  # round(0.5 * 20) carry it
+    # the two groups recombine into the run's ID accuracy
+    m = json.loads((student / "metrics.json").read_text())
+    whole = (split["marked"][0] * 10 + split["clean"][0] * 10) / 20
+    assert whole == pytest.approx(m["accuracy"]["source_test"]["point"])
+    row = pd.read_parquet(out / "results.parquet").query("kind == 'student'").iloc[0]
+    assert row["acc_id_marked"] == pytest.approx(split["marked"][0])
+    # without an artefact there is nothing to split
+    plain = tiny_config(tmp_path / "plain")
+    plain.ceiling = False
+    assert ex.artifact_accuracy(run(plain, tmp_path / "out2")[-1].run_dir) == {}

@@ -229,3 +229,17 @@ def test_seed_summary_single_seed_and_validation():
         seed_summary([])
     with pytest.raises(ValueError, match="values"):
         seed_summary([0.7, float("nan")])
+
+
+def test_accuracy_by_group_worked_example():
+    from anchorviz.metrics import accuracy_by_group
+
+    correct = [1, 1, 0, 0.5, 1, 0]
+    groups = ["marked", "marked", "clean", "clean", "clean", "marked"]
+    out = accuracy_by_group(correct, groups)
+    assert out["marked"] == (pytest.approx(2 / 3), 3)
+    assert out["clean"] == (pytest.approx(1.5 / 3), 3)
+    with pytest.raises(ValueError, match="one label per pair"):
+        accuracy_by_group(correct, groups[:-1])
+    with pytest.raises(ValueError, match="0, 0.5 and 1"):
+        accuracy_by_group([0.3] * 6, groups)
