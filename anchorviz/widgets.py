@@ -380,8 +380,12 @@ class SweepExplorer:
             fig.update_xaxes(title_text="layer (0 = embeddings)", dtick=1, row=1, col=c)
         fig.update_yaxes(title_text=plots.DRIFT_METRICS["cka"][1], row=1, col=1)
         fig.update_yaxes(title_text="cosine drift 1 - cos", row=1, col=2)
-        fig.update_layout(height=380, template="plotly_white", margin={"t": 80},
-                          legend={"orientation": "v", "x": 1.02, "y": 1})
+        # an explicit width (the two panels below are 620 px each): without one the widget
+        # takes a narrow default inside the VBox and the subplot titles overlap; the legend goes
+        # below the plots so its long trace names do not squeeze them
+        fig.update_layout(height=460, width=1240, template="plotly_white",
+                          margin={"t": 90, "b": 40},
+                          legend={"orientation": "h", "x": 0, "y": -0.22})
         return fig
 
     def _update_drift(self, run_id: str, naive_id: str | None, label: str) -> None:
