@@ -28,7 +28,7 @@ def main() -> None:
     ap.add_argument("--teacher-grid", nargs="+", default=["5e-5:5e-5", "5e-5:2e-3", "2e-4:2e-4"],
                     help="lr:head_lr pairs for the teacher")
     ap.add_argument("--student-grid", nargs="+", default=["5e-5:5e-5", "5e-5:2e-3", "2e-4:2e-3"],
-                    help="lr:head_lr pairs for the naive student")
+                    help="lr:head_lr[:epochs] for the naive student (epochs default 2)")
     args = ap.parse_args()
     logging.basicConfig(level=logging.WARNING)
     cfg = demo_sweep(strength=args.strength).base
@@ -55,15 +55,18 @@ def main() -> None:
         if acc > best_acc:
             best_acc, best_teacher, best_margin = acc, (lr, head_lr, epochs), rc - rr
     q = soft_labels(best_margin, cfg.method)
-    for lr, head_lr in [tuple(float(x) for x in g.split(":")) for g in args.student_grid]:
+    for g in args.student_grid:
+        lr, head_lr, *rest = (float(x) for x in g.split(":"))
+        epochs = rest[0] if rest else 2
         t0 = time.time()
         model, tok = _load(cfg, "student")
         tr = _encode(tok, data["w2s_train"], cfg)
         val = _encode(tok, data["val"], cfg)
-        tc = TrainConfig(lr=lr, head_lr=head_lr, epochs=2, batch_size=16, progress=False)
+        tc = TrainConfig(lr=lr, head_lr=head_lr, epochs=epochs, batch_size=16, progress=False)
         res = train_reward_model(model, tr, q, tc, desc="student")
         acc = pairwise_accuracy(*score_pairs(model, val))
-        lines.append(f"| naive student (teacher {best_teacher}) | {lr:g} | {head_lr or lr:g} | 2 | "
+        lines.append(f"| naive student (teacher {best_teacher}) | {lr:g} | {head_lr or lr:g} | "
+                     f"{epochs:g} | "
                      f"{100 * acc:.1f} | {res.history['total'].iloc[-5:].mean():.3f} | - | "
                      f"{time.time() - t0:.0f} |")
         print(lines[-1], flush=True)
