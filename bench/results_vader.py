@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 import pandas as pd
+import yaml
 
 from anchorviz.cli import demo_sweep
 from anchorviz.experiment import sweep, with_overrides
@@ -107,6 +108,9 @@ def main() -> None:
                     metavar=("TEACHER", "W2S", "VAL", "SOURCE_TEST", "TARGET_TEST"),
                     help="split sizes (default: the demo's)")
     ap.add_argument("--max-length", type=int, default=None)
+    ap.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE",
+                    help="further config overrides, YAML values, e.g. models.student_dropout=true "
+                         "models.student=smollm2-135m student_train.lr=1e-4")
     ap.add_argument("--out", default="runs/results_default")
     ap.add_argument("--doc", default=None, help="markdown file to write")
     args = ap.parse_args()
@@ -124,6 +128,11 @@ def main() -> None:
             over[f"data.{k}"] = v
     if args.max_length:
         over["data.max_length"] = args.max_length
+    for item in args.set:
+        key, sep, value = item.partition("=")
+        if not sep:
+            ap.error(f"--set expects KEY=VALUE, got {item!r}")
+        over[key] = yaml.safe_load(value)
     sw.base = with_overrides(sw.base, **over)
     results = sweep(sw, args.out)
     text = markdown(results, "python " + " ".join(sys.argv))
