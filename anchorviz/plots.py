@@ -524,6 +524,47 @@ def _accuracy_layout(fig: go.Figure, summary: pd.DataFrame, caption: str) -> Non
     fig.add_hline(y=50, line={"dash": "dot", "color": "grey"})
 
 
+def shortcut_figure(
+    sweep_dir: PathLike | None = None,
+    *,
+    results: pd.DataFrame | None = None,
+    artifact_strength: float | None = None,
+    source: str | None = None,
+    confidence: float = 0.95,
+    spread: str = "auto",
+) -> go.Figure:
+    """Where the in-distribution accuracy comes from: ID accuracy (%) on the source-test pairs
+    that carry the planted artefact, on those that do not ("clean"), and OOD accuracy, per method.
+
+    A model that leans on the shortcut is near 100% on marked pairs while its clean accuracy,
+    the skill the targets can use, stays near its OOD accuracy. Needs a sweep with an artefact
+    (results columns ``acc_id_marked`` / ``acc_id_clean``, written by ``results_table``)."""
+    res = _results_arg(sweep_dir, results)
+    rows, caption = select_condition(res, artifact_strength, source)
+    cols = ["acc_id_marked", "acc_id_clean"]
+    if any(c not in rows.columns or rows[c].isna().all() for c in cols):
+        raise ValueError(f"no artefact split in these results ({caption}): shortcut_figure needs "
+                         "a sweep with data.artifact_kind != 'none' and strength > 0")
+    summary = metric_summary(rows, cols + ["acc_ood"], confidence, spread)
+    names = {"acc_id_marked": "ID, pairs carrying the artefact",
+             "acc_id_clean": "ID, clean pairs (no artefact)",
+             "acc_ood": "OOD (targets: no artefact)"}
+    colors = {"acc_id_marked": "#9ecae1", "acc_id_clean": "#1f4e79", "acc_ood": "#f28e2b"}
+    fig = go.Figure()
+    for col in names:
+        part = summary[summary["column"] == col]
+        fig.add_trace(go.Bar(
+            name=names[col], marker_color=colors[col], meta={"column": col},
+            hovertemplate=("%{x}<br>" + names[col] + ": %{y:.1f}%<br>interval %{customdata[0]:.1f}"
+                           " to %{customdata[1]:.1f}%<br>%{customdata[3]}<extra></extra>"),
+            **_bar_arrays(part, 100.0)))
+    _accuracy_layout(fig, summary, caption)
+    fig.layout.title.text = fig.layout.title.text.replace(
+        "Pairwise accuracy in and out of distribution", "Shortcut or skill? ID accuracy with and "
+        "without the artefact, and OOD")
+    return fig
+
+
 def transfer_figure(
     sweep_dir: PathLike | None = None,
     *,

@@ -125,6 +125,23 @@ def test_accuracy_bars_are_stored_accuracies_in_percent(sweep, results):
     assert len(labels) == 1 + 1 + 1 + 6 + 1  # teacher, naive, confidence, 3x2 ANCHOR, ceiling
 
 
+def test_shortcut_bars_split_id_by_the_artefact(results):
+    rng = np.random.default_rng(0)
+    res = results.assign(acc_id_marked=rng.uniform(0.9, 1.0, len(results)),
+                         acc_id_clean=rng.uniform(0.6, 0.8, len(results)))
+    fig = plots.shortcut_figure(results=res)
+    naive = res[res["method"] == "naive"]
+    assert bar_value(trace(fig, column="acc_id_marked"), "naive W2S") == pytest.approx(
+        100 * naive["acc_id_marked"].mean())
+    assert bar_value(trace(fig, column="acc_id_clean"), "naive W2S") == pytest.approx(
+        100 * naive["acc_id_clean"].mean())
+    assert bar_value(trace(fig, column="acc_ood"), "naive W2S") == pytest.approx(
+        100 * naive["acc_ood"].mean())
+    assert "Shortcut or skill" in fig.layout.title.text
+    with pytest.raises(ValueError, match="no artefact split"):
+        plots.shortcut_figure(results=results)
+
+
 def test_accuracy_t_interval_and_per_target(sweep, results):
     fig = plots.accuracy_figure(sweep, target="nyt", spread="t")
     ood = trace(fig, column="acc_nyt")
