@@ -125,3 +125,29 @@ def test_bench_demo_runner(tmp_path):
     args = bench_demo.build_parser().parse_args(["--quick"])
     md = bench_demo.markdown(res, args, "cmd", _facts(), 1.0, "Results (x):\ndone")
     assert "Target" in md
+
+
+
+def test_anchor_scale_reads_the_stored_histories(tmp_path):
+    import anchor_scale
+    import pandas as pd
+    from tiny_project import tiny_config
+
+    from anchorviz.experiment import SweepConfig, results_table, sweep
+
+    base = tiny_config(tmp_path)
+    base.ceiling = False
+    out = tmp_path / "sweep"
+    sweep(SweepConfig(base=base, methods=["naive", "anchor"], anchor_lambdas=[0.5, 2.0],
+                      seeds=[0]), out)
+    t = anchor_scale.anchor_scale(str(out)).set_index("anchor_lambda")
+    assert sorted(t.index) == [0.5, 2.0]
+    res = results_table(out)
+    for r in res[res["method"] == "anchor"].itertuples(index=False):
+        h = pd.read_parquet(out / "runs" / r.run_id / "history.parquet")
+        tail = h.iloc[-max(1, len(h) // 4):]  # the last quarter of the steps
+        row = t.loc[r.anchor_lambda]
+        assert row["fit"] == pytest.approx(tail["fit"].mean())
+        assert row["anchor_mse"] == pytest.approx(tail["anchor"].mean())
+        assert row["weighted_over_fit"] == pytest.approx(
+            r.anchor_lambda * tail["anchor"].mean() / tail["fit"].mean())
