@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import sys
 import time
 
 import numpy as np
@@ -72,8 +73,9 @@ def main() -> None:
         print(lines[-1], flush=True)
     if args.out:
         with open(args.out, "w") as f:
-            f.write(f"Source-validation tuning, artefact strength {args.strength} "
-                    f"(`python bench/tune_source_val.py --strength {args.strength}`)\n\n")
+            cmd = " ".join(["python", "bench/tune_source_val.py", *sys.argv[1:]])
+            f.write(f"Source-validation tuning, artefact strength {args.strength}, seed 0 "
+                    f"(`{cmd}`)\n\n")
             f.write("\n".join(lines) + "\n")
 
 
