@@ -73,9 +73,8 @@ def main() -> None:
         print(lines[-1], flush=True)
     if args.out:
         with open(args.out, "w") as f:
-            cmd = " ".join(["python", "bench/tune_source_val.py", *sys.argv[1:]])
-            f.write(f"Source-validation tuning, artefact strength {args.strength}, seed 0 "
-                    f"(`{cmd}`)\n\n")
+            f.write(f"Source-validation tuning, artefact strength {args.strength}, seed {cfg.seed} "
+                    f"(`python {' '.join(sys.argv)}`)\n\n")
             f.write("\n".join(lines) + "\n")
 
 
