@@ -23,6 +23,7 @@ import torch.nn.functional as F
 Reduction = Literal["mean", "none"]
 
 __all__ = [
+    "ANCHOR_NORMALISATIONS",
     "NonFiniteLossError",
     "anchor_loss",
     "bt_loss",
@@ -161,27 +162,36 @@ def confidence_targets(
 ) -> torch.Tensor:
     """Mixed targets of the confidence loss (no gradient): ``(1 - alpha) * q + alpha * h``.
 
-    ``p = s(r_a - r_b)`` is the student's probability that ``a`` is preferred; the hardened
-    prediction is ``h = 1[p > t]`` with the batch threshold ``t = quantile(p, 1 - mean(q))``
-    (``torch.quantile``, linear interpolation), so the share of "a preferred" among the hardened
-    predictions follows the weak labels' batch mean (up to one pair: the quantile interpolates,
-    and the pair at the threshold itself is not counted).
+    ``h`` is the student's own prediction hardened at 0.5, pair by pair, on the margin
+    ``m = r_a - r_b`` (as in EleutherAI w2s's pairwise confidence loss)::
+
+        h_i = 1 if m_i > 0,  0 if m_i < 0,  0.5 if m_i == 0
+
+    i.e. ``h = 1[s(m) > 0.5]`` with an exact tie kept undecided at 0.5. The rule is
+    side-symmetric: presenting a pair the other way round (``r_a <-> r_b``, ``q -> 1 - q``) maps
+    ``h -> 1 - h`` and the target to ``1 - target``, so the per-pair loss is unchanged; and it
+    involves no batch statistic, so a pair's target does not depend on the rest of the batch.
+
+    (Burns et al.'s classification loss thresholds at the batch quantile ``1 - mean(q)`` to
+    balance classes; in a preference pair side ``a`` is always the gold-chosen text, so
+    ``mean(q)`` is the teacher's mean P(chosen), not a class prior, and that threshold would
+    harden some pairs towards ``b`` even when teacher and student both prefer ``a``.)
 
     Args:
         r_a, r_b, q: shape ``(B,)`` as in `bt_soft_loss`.
         alpha: weight of ``h``, in [0, 1].
 
     Returns:
-        float32 tensor of shape ``(B,)``, detached.
+        float32 tensor of the input shape, detached.
     """
     _check_pair(r_a, r_b, "r_a", "r_b")
     q = _check_probability(q, r_a)
     if not (math.isfinite(alpha) and 0.0 <= alpha <= 1.0):
         raise ValueError(f"alpha must be in [0, 1], got {alpha}")
     with torch.no_grad():
-        p = torch.sigmoid(r_a.detach().float() - r_b.detach().float()).flatten()
-        threshold = torch.quantile(p, 1.0 - q.mean())
-        hard = (p > threshold).float().reshape(q.shape)
+        margin = r_a.detach().float() - r_b.detach().float()
+        # sign(m) in {-1, 0, 1} -> h in {0, 0.5, 1}: the tie m == 0 stays undecided
+        hard = 0.5 * (torch.sign(margin) + 1.0)
         return (1.0 - alpha) * q + alpha * hard
 
 
@@ -197,15 +207,17 @@ def confidence_loss(
 ) -> torch.Tensor:
     """Burns et al. (2023)'s auxiliary confidence loss, adapted to preference pairs.
 
-    With ``p = s(r_a - r_b)``, ``h = 1[p > quantile(p, 1 - mean(q))]`` (batch threshold, no
-    gradient; see `confidence_targets`) and ``alpha = confidence_alpha(step, total_steps,
-    warmup_frac, aux_coef)``::
+    With ``h = 1[r_a - r_b > 0]`` (the student's prediction hardened at 0.5, pair by pair, 0.5 on
+    an exact tie; no gradient; see `confidence_targets`) and ``alpha = confidence_alpha(step,
+    total_steps, warmup_frac, aux_coef)``::
 
         target_i = (1 - alpha) * q_i + alpha * h_i
         loss_i   = -[ target_i log s(r_a_i - r_b_i) + (1 - target_i) log s(r_b_i - r_a_i) ]
 
     i.e. `bt_soft_loss` against the mixed target; with ``aux_coef == 0`` it equals
-    `bt_soft_loss`. The threshold is a batch statistic, so use batches of more than a few pairs.
+    `bt_soft_loss`. Unlike Burns et al.'s classification version (threshold at the batch quantile
+    ``1 - mean(q)``), the hardening is per pair and side-symmetric: swapping a pair's sides
+    (``r_a <-> r_b``, ``q -> 1 - q``) leaves its loss unchanged, whatever the rest of the batch.
     The warm-up ramps ``alpha`` linearly to ``aux_coef`` (unlike openai/weak-to-strong's
     ``logconf`` loss, which ramps to ``warmup_frac * aux_coef`` and then jumps; see
     `confidence_alpha`).
@@ -240,28 +252,63 @@ def _as_layer_dict(states: StateSet, name: str) -> dict[object, torch.Tensor]:
     )
 
 
+ANCHOR_NORMALISATIONS = ("pair", "token")
+
+
+def _row_units(groups, n_rows: int) -> torch.Tensor:
+    """``groups`` as contiguous unit ids ``0..G-1`` of shape ``(B,)`` (None: one unit per row)."""
+    if groups is None:
+        return torch.arange(n_rows)
+    g = torch.as_tensor(groups)
+    if g.dim() != 1 or g.numel() != n_rows:
+        raise ValueError(
+            f"groups must give one unit id per row, shape ({n_rows},), got {tuple(g.shape)}"
+        )
+    if g.dtype.is_floating_point or g.dtype.is_complex or g.dtype == torch.bool:
+        raise ValueError(f"groups must hold integer unit ids, got dtype {g.dtype}")
+    return torch.unique(g, return_inverse=True)[1]
+
+
 def anchor_loss(
     student_states: StateSet,
     reference_states: StateSet,
     response_mask: torch.Tensor | None = None,
     allow_empty: bool = False,
+    normalise: str = "pair",
+    groups: torch.Tensor | Sequence[int] | None = None,
 ) -> torch.Tensor:
     """ANCHOR regulariser: masked MSE between student and frozen-reference hidden states.
 
     Token states (``(B, T, d)`` per layer, ``response_mask`` of shape ``(B, T)``, 1 on response
-    tokens, 0 on prompt and padding)::
+    tokens, 0 on prompt and padding), with ``e_l[b,t] = ||s_l[b,t] - r_l[b,t]||^2``:
 
-        mse_l = sum_{b,t} m_bt * ||s_l[b,t] - r_l[b,t]||^2 / (sum_{b,t} m_bt * d)
-        loss  = mean over anchored layers l of mse_l
+    ``normalise="pair"`` (default; the paper's per-sample ``L(i) = L_w2s(i) + lambda *
+    L_anchor(i)``): a per-sample mean, then a mean over samples, so every sample weighs the same
+    whatever its response length::
 
-    i.e. a mean over every (response token, hidden unit) entry of a layer, pooled over the batch
-    (long responses weigh more than short ones), then an unweighted mean over layers so that the
-    strength ``lambda`` does not grow with the number of anchored layers. Masked positions are
-    removed by indexing, not multiplied by zero, so their gradient is exactly zero even where the
-    states there are not finite.
+        L_anchor_l(u) = sum_{b in u, t} m_bt * e_l[b,t] / (sum_{b in u, t} m_bt * d)
+        mse_l         = mean of L_anchor_l(u) over the samples u with >= 1 response token
+
+    A sample ``u`` is one row by default. ``groups`` (shape ``(B,)``, integer ids) joins rows into
+    one sample: the training loop feeds a preference pair's two sides as two rows of a joint
+    batch (`anchorviz.train.joint_batch`) and passes the pair index as ``groups``, so
+    ``L_anchor(i)`` is per preference pair ``i``: the mean over the response tokens of both its
+    sides (pooled: a longer side weighs more within its pair, each pair weighs the same).
+    Samples with no response token are skipped (not counted as zeros).
+
+    ``normalise="token"``: every (response token, hidden unit) entry of the batch pooled
+    (long responses weigh more than short ones; ``groups`` plays no role)::
+
+        mse_l = sum_{b,t} m_bt * e_l[b,t] / (sum_{b,t} m_bt * d)
+
+    The two agree when every sample has the same number of response tokens. In both,
+    ``loss = mean over anchored layers l of mse_l`` (unweighted, so the strength ``lambda`` does
+    not grow with the number of anchored layers). Masked positions are removed by indexing, not
+    multiplied by zero, so their gradient is exactly zero even where the states there are not
+    finite.
 
     Pooled states (``(B, d)`` per layer) take ``response_mask=None``: ``mse_l`` is the plain
-    mean over ``B * d`` entries.
+    mean over ``B * d`` entries whatever ``normalise`` and ``groups``.
 
     The reference states are detached here (no gradient reaches the reference), and may have a
     different dtype (e.g. float16 from the ``cached`` strategy); the loss is float32.
@@ -274,10 +321,18 @@ def anchor_loss(
             ValueError, since an empty mask usually means the prompt truncated every response.
             True: return ``0 * sum(student states)``, a zero that keeps the graph (zero
             gradient).
+        normalise: ``"pair"`` (per-sample mean, then mean over samples) or ``"token"``
+            (batch-pooled); see above.
+        groups: optional ``(B,)`` integer sample id of each row for ``"pair"`` (rows sharing an
+            id form one sample); None: each row is its own sample.
 
     Returns:
         scalar float32 tensor.
     """
+    if normalise not in ANCHOR_NORMALISATIONS:
+        raise ValueError(
+            f"normalise must be one of {ANCHOR_NORMALISATIONS}, got {normalise!r}"
+        )
     student = _as_layer_dict(student_states, "student_states")
     reference = _as_layer_dict(reference_states, "reference_states")
     if not student:
@@ -289,6 +344,7 @@ def anchor_loss(
         )
 
     mask: torch.Tensor | None = None
+    units: torch.Tensor | None = None
     if response_mask is not None:
         mask = torch.as_tensor(response_mask)
         if mask.dim() != 2:
@@ -297,6 +353,8 @@ def anchor_loss(
             if not bool(((mask == 0) | (mask == 1)).all()):
                 raise ValueError("response_mask must contain only 0 and 1")
             mask = mask != 0
+        if normalise == "pair":
+            units = _row_units(groups, mask.shape[0])
     empty = mask is not None and not bool(mask.any())
     if empty and not allow_empty:
         raise ValueError(
@@ -327,19 +385,29 @@ def anchor_loss(
                 continue
             m = mask.to(s.device)
             diff = s[m].float() - r.to(s.device)[m].float()  # (N_response_tokens, d)
+            if units is None:  # "token": pooled over the batch
+                per_layer.append(diff.pow(2).mean())
+                continue
+            # "pair": per-sample sums and entry counts, then a mean over non-empty samples
+            unit = units.to(s.device)[m.nonzero()[:, 0]]  # sample id of each response token
+            n_units = int(units.max()) + 1
+            sums = torch.zeros(n_units, device=s.device, dtype=torch.float32)
+            sums = sums.index_add(0, unit, diff.pow(2).sum(dim=-1))
+            counts = torch.bincount(unit, minlength=n_units).float() * diff.shape[-1]
+            seen = counts > 0
+            per_layer.append((sums[seen] / counts[seen]).mean())
         elif s.dim() == 2:
             if mask is not None:
                 raise ValueError(
                     f"layer {layer}: pooled states (B, d) take response_mask=None, "
                     f"got a mask of shape {tuple(mask.shape)}"
                 )
-            diff = s.float() - r.to(s.device).float()
+            per_layer.append((s.float() - r.to(s.device).float()).pow(2).mean())
         else:
             raise ValueError(
                 f"layer {layer}: states must be (B, T, d) token states or (B, d) pooled "
                 f"states, got shape {tuple(s.shape)}"
             )
-        per_layer.append(diff.pow(2).mean())
     if empty:
         # a zero that keeps the graph, so backward() still runs (with zero gradient)
         return 0.0 * torch.stack([t.float().sum() for t in student.values()]).sum()

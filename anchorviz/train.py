@@ -2,9 +2,10 @@
 
 Read top to bottom: shuffle pairs (seeded), for each batch run ONE forward over both sides,
 compute the loss terms (Bradley-Terry on gold or soft labels, optional confidence term, optional
-ANCHOR term against the reference), step AdamW under a warm-up + linear-decay schedule with
-gradient clipping and accumulation, and evaluate on a held-out SOURCE slice. Every step's loss
-terms are recorded; a non-finite loss stops the run with the step, the terms and the batch named.
+ANCHOR term against the reference, by default a per-pair mean as in the paper), step AdamW under
+a warm-up + linear-decay schedule with gradient clipping and accumulation, and evaluate on a
+held-out SOURCE slice. Every step's loss terms are recorded; a non-finite loss stops the run with
+the step, the terms and the batch named.
 
 Targets are probabilities ``q_i`` that the pair's ``chosen`` side is preferred: ``1.0`` for gold
 labels (teacher, ceiling), the teacher's soft label for students (who never see gold labels).
@@ -24,6 +25,7 @@ import torch
 from tqdm.auto import tqdm
 
 from anchorviz.losses import (
+    ANCHOR_NORMALISATIONS,
     anchor_loss,
     bt_soft_loss,
     check_finite_loss,
@@ -94,6 +96,10 @@ class Objective:
     aux_warmup_frac: float = 0.2
     anchor_lambda: float = 0.0
     anchor_layers: Sequence[int] = field(default_factory=list)
+    # "pair": L_anchor(i) per preference pair i (mean over the response tokens of its two
+    # sides), then a mean over pairs, as in the paper's L(i) = L_w2s(i) + lambda * L_anchor(i);
+    # "token": every response token of the batch pooled (long responses weigh more)
+    anchor_normalise: str = "pair"
 
     def validate(self, model: RewardModel) -> None:
         if self.kind not in OBJECTIVES:
@@ -102,6 +108,11 @@ class Objective:
             raise TrainError(f"anchor_lambda must be a finite number >= 0, got {self.anchor_lambda}")
         if not 0 <= self.aux_coef <= 1:
             raise TrainError(f"aux_coef must be in [0, 1], got {self.aux_coef}")
+        if self.anchor_normalise not in ANCHOR_NORMALISATIONS:
+            raise TrainError(
+                f"anchor_normalise must be one of {ANCHOR_NORMALISATIONS}, "
+                f"got {self.anchor_normalise!r}"
+            )
         model.check_layers(list(self.anchor_layers))
 
     @property
@@ -183,7 +194,10 @@ def train_reward_model(
     """Train ``model`` in place on ``train`` pairs with target probabilities ``targets``.
 
     ``objective.anchor_lambda * anchor_loss`` is added when ANCHOR layers are set; ``reference``
-    must then give the frozen reference states of those layers. Validation (if ``val`` is given)
+    must then give the frozen reference states of those layers. With
+    ``objective.anchor_normalise == "pair"`` the ANCHOR term is a mean over the batch's pairs of
+    each pair's masked MSE over the response tokens of both its sides (the two rows of the joint
+    batch that hold pair ``i`` share the group id ``i``). Validation (if ``val`` is given)
     uses ``val_targets``: mean soft-BT loss and agreement with the hard targets (q > 0.5).
     """
     objective = objective or Objective()
@@ -268,8 +282,12 @@ def train_reward_model(
         loss = fit
         if objective.anchored:
             ref = reference.states(index, batch)
+            # group the joint batch's rows by pair (index[j] = (pair_row, side)), so "pair"
+            # normalisation averages each pair's two sides' response tokens as one sample
             anch = anchor_loss({k: out.hidden[k].float() for k in layers},
-                               {k: ref[k].float() for k in layers}, batch.response_mask)
+                               {k: ref[k].float() for k in layers}, batch.response_mask,
+                               normalise=objective.anchor_normalise,
+                               groups=[pair_row for pair_row, _ in index])
             terms["anchor"] = anch
             loss = loss + objective.anchor_lambda * anch
         terms["total"] = loss

@@ -128,25 +128,85 @@ def test_confidence_alpha_without_warmup_and_validation():
         confidence_alpha(0, total_steps=10, warmup_frac=0.1, aux_coef=1.5)
 
 
-# margins r_a - r_b = [-1, 2, -2, 1] -> p = [0.269, 0.881, 0.119, 0.731]; mean(q) = 0.75, so
-# t = quantile(p, 0.25): sorted p = [0.119, 0.269, 0.731, 0.881], position 0.25 * 3 = 0.75,
-# t = 0.119 + 0.75 * (0.269 - 0.119) = 0.231 -> h = [1, 1, 0, 1]: three of four "a preferred",
-# matching mean(q), although pair 0's own margin is negative.
+# margins r_a - r_b = [-1, 2, -2, 1]: hardened at 0.5 on each pair's own margin, h = [0, 1, 0, 1]
+# (pair 0's negative margin hardens towards b whatever the batch's mean q; the old batch-quantile
+# rule, t = quantile(p, 1 - mean(q)), gave [1, 1, 0, 1] here to match mean(q) = 0.75)
 WORKED_RA = t(-1.0, 2.0, -2.0, 1.0)
 WORKED_RB = torch.zeros(4)
 WORKED_Q = t(0.9, 0.8, 0.6, 0.7)
-WORKED_H = [1.0, 1.0, 0.0, 1.0]
+WORKED_H = [0.0, 1.0, 0.0, 1.0]
+WORKED_TARGETS = [0.45, 0.9, 0.3, 0.85]  # 0.5 * q + 0.5 * h
 
 
 def test_confidence_targets_worked_batch():
     target = confidence_targets(WORKED_RA, WORKED_RB, WORKED_Q, alpha=0.5)
     expected = [0.5 * q + 0.5 * h for q, h in zip([0.9, 0.8, 0.6, 0.7], WORKED_H)]
-    assert expected == pytest.approx([0.95, 0.9, 0.3, 0.85])
+    assert expected == pytest.approx(WORKED_TARGETS)
     assert target.tolist() == pytest.approx(expected, rel=1e-6)
     assert not target.requires_grad
     # alpha = 1: the targets are the hardened predictions themselves
     hard = confidence_targets(WORKED_RA, WORKED_RB, WORKED_Q, alpha=1.0)
     assert hard.tolist() == WORKED_H
+
+
+def test_confidence_targets_harden_each_pair_at_half_and_ties_stay_undecided():
+    # the margin's sign alone decides h: 1 above 0, 0 below, 0.5 on an exact tie
+    hard = confidence_targets(t(-3.0, 0.0, 0.01, 2.0), t(0.0, 0.0, 0.0, 2.0), t(0.9, 0.9, 0.1, 0.5),
+                              alpha=1.0)
+    assert hard.tolist() == [0.0, 0.5, 1.0, 0.5]
+
+
+def test_confidence_targets_agreeing_teacher_and_student_harden_nothing_towards_b():
+    # teacher (q > 0.5) and student (r_a > r_b) both prefer side a on every pair: no pair may be
+    # hardened towards b (the batch-quantile rule hardened the lowest-p quarter to 0 here)
+    r_a, r_b = t(1.0, 2.0, 3.0, 4.0, 0.5, 1.5, 2.5, 3.5), torch.zeros(8)
+    q = t(0.9, 0.8, 0.7, 0.6, 0.95, 0.85, 0.75, 0.65)
+    hard = confidence_targets(r_a, r_b, q, alpha=1.0)
+    assert hard.tolist() == [1.0] * 8
+    target = confidence_targets(r_a, r_b, q, alpha=0.75)
+    assert (target >= q).all()
+    assert target.tolist() == pytest.approx((0.25 * q + 0.75).tolist(), rel=1e-6)
+
+
+def test_confidence_loss_is_invariant_to_swapping_some_pairs():
+    # presenting a subset of the pairs the other way round (r_a <-> r_b, q -> 1 - q) must leave
+    # every pair's loss unchanged; swapping ALL pairs would not catch a batch-threshold rule
+    gen = torch.Generator().manual_seed(0)
+    r_a, r_b = torch.randn(16, generator=gen), torch.randn(16, generator=gen)
+    q = torch.rand(16, generator=gen)
+    swap = torch.zeros(16, dtype=torch.bool)
+    swap[[0, 3, 4, 9, 10, 15]] = True
+    r_a2, r_b2 = torch.where(swap, r_b, r_a), torch.where(swap, r_a, r_b)
+    q2 = torch.where(swap, 1.0 - q, q)
+    kw = dict(aux_coef=0.75, step=50, total_steps=100, warmup_frac=0.2, reduction="none")
+    before = confidence_loss(r_a, r_b, q, **kw)
+    after = confidence_loss(r_a2, r_b2, q2, **kw)
+    assert torch.allclose(before, after, atol=1e-6)
+    swapped_targets = confidence_targets(r_a2, r_b2, q2, alpha=0.75)
+    targets = confidence_targets(r_a, r_b, q, alpha=0.75)
+    assert torch.allclose(torch.where(swap, 1.0 - swapped_targets, swapped_targets), targets)
+
+
+def test_confidence_loss_hand_values():
+    # margins [1, 0.5, -0.5, 0] -> h = [1, 1, 0, 0.5]; alpha = aux_coef = 0.5 after warm-up;
+    # targets 0.5 * [0.6, 0.3, 0.2, 0.2] + 0.5 * h = [0.8, 0.65, 0.1, 0.35]
+    # pair 0: 0.8 log(1 + e^-1) + 0.2 log(1 + e)           = 0.5132617
+    # pair 1: 0.65 log(1 + e^-0.5) + 0.35 log(1 + e^0.5)   = 0.6490770
+    # pair 2: 0.1 log(1 + e^0.5) + 0.9 log(1 + e^-0.5)     = 0.5240770
+    # pair 3: log 2 (margin 0, whatever the target)          = 0.6931472
+    # (the old batch-quantile rule, t = quantile(p, 1 - mean(q)) = quantile(p, 0.675), gave
+    # h = [1, 0, 0, 0]: pair 1 hardened towards b although the student's margin prefers a)
+    r_a, r_b, q = t(1.0, 0.5, -0.5, 0.0), torch.zeros(4), t(0.6, 0.3, 0.2, 0.2)
+    target = confidence_targets(r_a, r_b, q, alpha=0.5)
+    assert target.tolist() == pytest.approx([0.8, 0.65, 0.1, 0.35], rel=1e-6)
+    kw = dict(aux_coef=0.5, step=10, total_steps=10, warmup_frac=0.5)
+    per_pair = confidence_loss(r_a, r_b, q, **kw, reduction="none")
+    assert per_pair.tolist() == pytest.approx([0.5132617, 0.6490770, 0.5240770, 0.6931472],
+                                              abs=1e-6)
+    assert per_pair.tolist() == pytest.approx(
+        [soft_bt_by_hand(m, y) for m, y in zip([1.0, 0.5, -0.5, 0.0], [0.8, 0.65, 0.1, 0.35])],
+        rel=1e-6)
+    assert confidence_loss(r_a, r_b, q, **kw).item() == pytest.approx(0.5948907, abs=1e-6)
 
 
 def test_confidence_loss_worked_batch():
@@ -159,9 +219,8 @@ def test_confidence_loss_worked_batch():
         total_steps=100,
         warmup_frac=0.1,
     )
-    targets = [0.95, 0.9, 0.3, 0.85]
     margins = [-1.0, 2.0, -2.0, 1.0]
-    expected = sum(soft_bt_by_hand(m, y) for m, y in zip(margins, targets)) / 4
+    expected = sum(soft_bt_by_hand(m, y) for m, y in zip(margins, WORKED_TARGETS)) / 4
     assert loss.item() == pytest.approx(expected, rel=1e-6)
     assert loss.requires_grad
 
@@ -184,7 +243,7 @@ def test_confidence_loss_gradient_treats_targets_as_constants():
     r_a = WORKED_RA.clone().requires_grad_(True)
     confidence_loss(r_a, WORKED_RB, WORKED_Q, 0.5, 50, 100, 0.1).backward()
     r_a2 = WORKED_RA.clone().requires_grad_(True)
-    bt_soft_loss(r_a2, WORKED_RB, t(0.95, 0.9, 0.3, 0.85)).backward()
+    bt_soft_loss(r_a2, WORKED_RB, t(*WORKED_TARGETS)).backward()
     assert torch.allclose(r_a.grad, r_a2.grad)
 
 
@@ -213,13 +272,71 @@ def test_anchor_loss_averages_layers():
     assert loss.item() == pytest.approx(1.375)
 
 
-def test_anchor_loss_pools_tokens_over_the_batch():
+def test_anchor_loss_token_mode_pools_tokens_and_pair_mode_averages_rows():
     # row 0 has one response token with squared error 4 per unit, row 1 three tokens with 0
     student = torch.zeros(2, 3, 1)
     student[0, 2, 0] = 2.0
     mask = torch.tensor([[0, 0, 1], [1, 1, 1]])
-    loss = anchor_loss(student, torch.zeros(2, 3, 1), mask)
-    assert loss.item() == pytest.approx(4.0 / 4)  # 4 response tokens in the batch, d = 1
+    token = anchor_loss(student, torch.zeros(2, 3, 1), mask, normalise="token")
+    assert token.item() == pytest.approx(4.0 / 4)  # 4 response tokens in the batch, d = 1
+    # per row: 4 / 1 and 0 / 3, then the mean over the two rows
+    pair = anchor_loss(student, torch.zeros(2, 3, 1), mask, normalise="pair")
+    assert pair.item() == pytest.approx((4.0 + 0.0) / 2)
+    assert anchor_loss(student, torch.zeros(2, 3, 1), mask).item() == pair.item()  # default
+
+
+def uneven_batch():
+    """Two preference pairs in a joint batch, rows [chosen_0, chosen_1, rejected_0, rejected_1].
+
+    d = 2, T = 4. Squared errors per response token (sum over units):
+    row 0 (pair 0): tokens 1, 2 with diffs (1, 1), (2, 0) -> 2 + 4 = 6 over 2 tokens
+    row 1 (pair 1): token 3 with diff (3, 1)             -> 10 over 1 token
+    row 2 (pair 0): tokens 1, 2, 3 with diffs 0, 0, (1, 1) -> 2 over 3 tokens
+    row 3 (pair 1): no response token (truncated)
+    Prompt / padding positions carry large differences that must not count.
+    """
+    student = torch.full((4, 4, 2), 9.0)
+    student[0, 1], student[0, 2] = t(1.0, 1.0), t(2.0, 0.0)
+    student[1, 3] = t(3.0, 1.0)
+    student[2, 1], student[2, 2], student[2, 3] = t(0.0, 0.0), t(0.0, 0.0), t(1.0, 1.0)
+    mask = torch.tensor([[0, 1, 1, 0], [0, 0, 0, 1], [0, 1, 1, 1], [0, 0, 0, 0]])
+    return student, torch.zeros(4, 4, 2), mask
+
+
+def test_anchor_loss_hand_values_both_modes_with_uneven_responses():
+    student, reference, mask = uneven_batch()
+    # token: (6 + 10 + 2) / ((2 + 1 + 3) tokens * 2 units) = 18 / 12
+    token = anchor_loss(student, reference, mask, normalise="token")
+    assert token.item() == pytest.approx(1.5)
+    # pair, one sample per row: 6/4, 10/2, 2/6; row 3 is empty and skipped (not a zero)
+    rows = anchor_loss(student, reference, mask, normalise="pair")
+    assert rows.item() == pytest.approx((1.5 + 5.0 + 2.0 / 6) / 3)
+    # pair, rows grouped by preference pair: pair 0 (6 + 2) / ((2 + 3) * 2) = 0.8, pair 1 10/2
+    pairs = anchor_loss(student, reference, mask, normalise="pair", groups=[0, 1, 0, 1])
+    assert pairs.item() == pytest.approx((0.8 + 5.0) / 2)
+    # any integer ids work; groups play no role in token mode
+    relabelled = anchor_loss(student, reference, mask, groups=torch.tensor([7, -2, 7, -2]))
+    assert relabelled.item() == pytest.approx(2.9)
+    assert anchor_loss(student, reference, mask, normalise="token", groups=[0, 1, 0, 1]) == token
+    # a layer average still applies per mode: second layer all-zero error
+    two = anchor_loss([student, reference], [reference, reference], mask, groups=[0, 1, 0, 1])
+    assert two.item() == pytest.approx(2.9 / 2)
+
+
+def test_anchor_loss_modes_agree_with_equal_response_lengths():
+    gen = torch.Generator().manual_seed(0)
+    student, reference = torch.randn(4, 5, 3, generator=gen), torch.randn(4, 5, 3, generator=gen)
+    # every row has exactly two response tokens, at different positions
+    mask = torch.tensor([[0, 1, 1, 0, 0], [0, 0, 0, 1, 1], [1, 0, 1, 0, 0], [0, 0, 1, 1, 0]])
+    token = anchor_loss(student, reference, mask, normalise="token")
+    assert anchor_loss(student, reference, mask, normalise="pair").item() == pytest.approx(
+        token.item(), rel=1e-6)
+    grouped = anchor_loss(student, reference, mask, normalise="pair", groups=[0, 1, 0, 1])
+    assert grouped.item() == pytest.approx(token.item(), rel=1e-6)
+    # unequal lengths: the modes differ
+    mask[0, 3] = 1
+    assert anchor_loss(student, reference, mask).item() != pytest.approx(
+        anchor_loss(student, reference, mask, normalise="token").item(), rel=1e-4)
 
 
 def test_anchor_loss_is_zero_when_student_equals_reference():
@@ -228,18 +345,29 @@ def test_anchor_loss_is_zero_when_student_equals_reference():
     assert anchor_loss({3: states, 6: states}, {3: states.clone(), 6: states.clone()}, mask) == 0
 
 
-def test_anchor_loss_gradient_only_on_response_tokens():
+@pytest.mark.parametrize("normalise", ["token", "pair"])
+def test_anchor_loss_gradient_only_on_response_tokens(normalise):
     gen = torch.Generator().manual_seed(0)
-    student = torch.randn(2, 4, 3, generator=gen).requires_grad_(True)
-    reference = torch.randn(2, 4, 3, generator=gen).requires_grad_(True)
-    # row 0: prompt, prompt, response, response; row 1: prompt, response, padding, padding
-    mask = torch.tensor([[0, 0, 1, 1], [0, 1, 0, 0]])
-    anchor_loss({6: student}, {6: reference}, mask).backward()
+    student = torch.randn(3, 4, 3, generator=gen).requires_grad_(True)
+    reference = torch.randn(3, 4, 3, generator=gen).requires_grad_(True)
+    with torch.no_grad():
+        reference[1, 3] = float("nan")  # a padding position: must not poison the gradient
+    # row 0: prompt, prompt, response, response; row 1: prompt, response, padding, padding;
+    # row 2: prompt only (no response token)
+    mask = torch.tensor([[0, 0, 1, 1], [0, 1, 0, 0], [0, 0, 0, 0]])
+    anchor_loss({6: student}, {6: reference}, mask, normalise=normalise).backward()
     grad = student.grad
+    assert torch.isfinite(grad).all()
     assert torch.equal(grad[mask == 0], torch.zeros_like(grad[mask == 0]))
     assert (grad[mask == 1].abs().sum(dim=-1) > 0).all()
-    # d/ds of sum (s - r)^2 / (N * d) = 2 (s - r) / (N * d), N = 3 tokens, d = 3
-    expected = 2 * (student - reference).detach() / 9
+    diff = (student - reference).detach()
+    if normalise == "token":
+        # d/ds of sum (s - r)^2 / (N * d) = 2 (s - r) / (N * d), N = 3 tokens, d = 3
+        expected = 2 * diff / 9
+    else:
+        # mean over the 2 non-empty rows of sum_row (s - r)^2 / (n_row * d): n = 2 and 1, d = 3
+        n_row = torch.tensor([2.0, 1.0, 1.0]).reshape(3, 1, 1)
+        expected = 2 * diff / (n_row * 3 * 2)
     assert torch.allclose(grad[mask == 1], expected[mask == 1])
     assert reference.grad is None  # the reference is detached
 
@@ -258,21 +386,24 @@ def test_anchor_loss_accepts_half_precision_reference_and_bool_mask():
     assert loss.item() == pytest.approx(1.75)
 
 
-def test_anchor_loss_pooled_states():
+@pytest.mark.parametrize("normalise", ["token", "pair"])
+def test_anchor_loss_pooled_states(normalise):
     student = torch.tensor([[1.0, 2.0], [0.0, 0.0]])
     reference = torch.zeros(2, 2)
-    # (1 + 4 + 0 + 0) / 4
-    assert anchor_loss({6: student}, {6: reference}).item() == pytest.approx(1.25)
+    # (1 + 4 + 0 + 0) / 4 whatever the normalisation
+    loss = anchor_loss({6: student}, {6: reference}, normalise=normalise)
+    assert loss.item() == pytest.approx(1.25)
     with pytest.raises(ValueError, match="pooled states"):
         anchor_loss(student, reference, torch.ones(2, 2))
 
 
-def test_anchor_loss_empty_mask():
+@pytest.mark.parametrize("normalise", ["token", "pair"])
+def test_anchor_loss_empty_mask(normalise):
     student = torch.randn(2, 3, 4).requires_grad_(True)
     mask = torch.zeros(2, 3)
     with pytest.raises(ValueError, match="no response token"):
-        anchor_loss(student, torch.zeros(2, 3, 4), mask)
-    loss = anchor_loss(student, torch.zeros(2, 3, 4), mask, allow_empty=True)
+        anchor_loss(student, torch.zeros(2, 3, 4), mask, normalise=normalise)
+    loss = anchor_loss(student, torch.zeros(2, 3, 4), mask, allow_empty=True, normalise=normalise)
     assert loss.item() == 0.0
     loss.backward()  # keeps the graph
     assert torch.equal(student.grad, torch.zeros_like(student))
@@ -294,6 +425,12 @@ def test_anchor_loss_validation():
         anchor_loss({}, {}, mask)
     with pytest.raises(TypeError):
         anchor_loss("states", "states", mask)
+    with pytest.raises(ValueError, match=r"normalise must be one of \('pair', 'token'\)"):
+        anchor_loss(student, reference, mask, normalise="batch")
+    with pytest.raises(ValueError, match="groups must give one unit id per row"):
+        anchor_loss(student, reference, mask, groups=[0, 1])
+    with pytest.raises(ValueError, match="integer"):
+        anchor_loss(student, reference, mask, groups=[0.5])
 
 
 # --------------------------------------------------------------------------- layers

@@ -183,6 +183,54 @@ def test_same_seed_same_weights_different_seed_differs():
     assert any(not torch.equal(x, y) for x, y in zip(a.state_dict().values(), c.state_dict().values()))
 
 
+def test_objective_rejects_unknown_anchor_normalise():
+    model, _, enc = _setup("encoder", n=8)
+    assert Objective().anchor_normalise == "pair"
+    with pytest.raises(TrainError, match=r"anchor_normalise must be one of \('pair', 'token'\), "
+                       r"got 'batch'"):
+        train_reward_model(model, enc, np.ones(len(enc)), TrainConfig(progress=False),
+                           objective=Objective(anchor_normalise="batch"))
+
+
+@pytest.mark.parametrize("normalise", ["pair", "token"])
+def test_anchor_normalise_reaches_anchor_loss_with_pairs_grouped(monkeypatch, normalise):
+    import anchorviz.train as train_mod
+
+    calls = []
+
+    def spy(student, reference, mask, **kw):
+        calls.append({"kw": kw, "student": {k: v.detach() for k, v in student.items()},
+                      "reference": reference, "mask": mask})
+        return anchor_loss(student, reference, mask, **kw)
+
+    monkeypatch.setattr(train_mod, "anchor_loss", spy)
+    model, _, enc = _setup("encoder", n=8)
+    ref = CopyReference(model, [2])
+    with torch.no_grad():  # move the student away from the reference so the term is non-zero
+        w = model.backbone.embeddings.word_embeddings.weight
+        w.add_(torch.randn(w.shape, generator=torch.Generator().manual_seed(0)))
+    cfg = TrainConfig(lr=1e-3, epochs=1, batch_size=4, seed=0, progress=False)
+    obj = Objective(anchor_lambda=1.0, anchor_layers=[2], anchor_normalise=normalise)
+    res = train_reward_model(model, enc, np.full(len(enc), 0.7), cfg, objective=obj, reference=ref)
+    assert res.config["objective"]["anchor_normalise"] == normalise
+    assert len(calls) == 2
+    for call in calls:
+        assert call["kw"]["normalise"] == normalise
+        groups = list(call["kw"]["groups"])
+        # joint batch rows [chosen_0..chosen_3, rejected_0..rejected_3]: each pair's two sides
+        # share one id, different pairs different ids
+        assert len(groups) == 8 and groups[:4] == groups[4:] and len(set(groups)) == 4
+        # the term recorded is the requested normalisation, and here the two differ (the toy
+        # responses have different lengths)
+        args = (call["student"], call["reference"], call["mask"])
+        pair = anchor_loss(*args, normalise="pair", groups=groups)
+        token = anchor_loss(*args, normalise="token")
+        assert float(pair) != pytest.approx(float(token), rel=1e-4)
+    first = anchor_loss(*(calls[0][k] for k in ("student", "reference", "mask")),
+                        normalise=normalise, groups=list(calls[0]["kw"]["groups"]))
+    assert res.history["anchor"].iloc[0] == pytest.approx(float(first), rel=1e-5)
+
+
 def test_bad_settings_and_nan_guard():
     model, _, enc = _setup("encoder", n=8)
     with pytest.raises(TrainError, match="lr"):
