@@ -2,14 +2,17 @@
 
 The same pass gives the rewards, so evaluating a split and capturing it cost one forward.
 Memory is bounded by one batch plus the pooled output (``2n x d`` per layer, float16), whatever
-the dataset size. Student and reference captures of the same encoded pairs line up row by row:
-rows are ``pair 0 chosen, pair 0 rejected, pair 1 chosen, ...``.
+the dataset size. float16 tops out at 65504: a layer with any pooled (or sampled token) value
+beyond that -- decoders' massive activations -- is stored as float32 from then on, so nothing
+becomes inf on the way to disk. Student and reference captures of the same encoded pairs line up
+row by row: rows are ``pair 0 chosen, pair 0 rejected, pair 1 chosen, ...``.
 
 File layout (``hidden/<model_key>/<split>.safetensors``): tensors ``mean.<layer>`` (mean over
-response tokens) and, when the reward head pools differently (decoders: last response token),
-``head.<layer>``; ``side`` (int8, 0 chosen / 1 rejected), ``rewards`` (float32, 2n);
-metadata ``pair_ids``, ``layers``, ``pooling`` (JSON). Optional ``tokens.<layer>`` holds a
-bounded random sample of token-level states with ``token_rows`` (which row each came from).
+response tokens; float16, float32 where float16 would overflow) and, when the reward head pools
+differently (decoders: last response token), ``head.<layer>``; ``side`` (int8, 0 chosen /
+1 rejected), ``rewards`` (float32, 2n); metadata ``pair_ids``, ``layers``, ``pooling`` (JSON).
+Optional ``tokens.<layer>`` holds a bounded random sample of token-level states with
+``token_rows`` (which row each came from).
 """
 
 from __future__ import annotations
@@ -29,6 +32,9 @@ from anchorviz.tokenization import EncodedPairs
 
 logger = logging.getLogger(__name__)
 
+#: Largest finite float16 (65504).
+_F16_MAX = float(np.finfo(np.float16).max)
+
 
 class CaptureError(ValueError):
     """Bad capture request or a capture file that does not match what was asked."""
@@ -36,7 +42,8 @@ class CaptureError(ValueError):
 
 @dataclass
 class Captured:
-    """Pooled states of one model on one split. Arrays are (2n, d) float16 per layer."""
+    """Pooled states of one model on one split. Arrays are (2n, d) per layer: float16, or float32
+    for a layer with values beyond float16's range (``.astype(np.float32)`` reads either)."""
 
     pair_ids: list[str]
     layers: list[int]
@@ -124,15 +131,19 @@ def capture_states(
                 rewards[rows] = out.rewards.float().cpu().numpy()
                 for k in layer_list:
                     h = out.hidden[k].float()
-                    bad = ~torch.isfinite(h).all(dim=(1, 2))
-                    if bool(bad.any()):
-                        raise CaptureError(
-                            f"{desc}: non-finite hidden states at layer {k} for pair "
-                            f"{encoded.pair_ids[idx[int(bad.nonzero()[0]) % len(idx)]]!r}"
-                        )
-                    mean[k][rows] = pool_states(h, batch.response_mask, "mean").cpu().numpy()
+                    # Finiteness is checked on what is stored (pooled, after the cast), not on
+                    # every token state: a NaN / inf among the pooled tokens makes the mean
+                    # non-finite, and it is a fraction of the cost.
+                    pooled = [(mean, pool_states(h, batch.response_mask, "mean"))]
                     if separate_head:
-                        head[k][rows] = pool_states(h, batch.response_mask, model.pooling).cpu().numpy()
+                        pooled.append((head, pool_states(h, batch.response_mask, model.pooling)))
+                    for store, p in pooled:
+                        stored = _store_rows(store, k, rows, p.cpu().numpy(), desc)
+                        if stored is not None:
+                            raise CaptureError(
+                                f"{desc}: non-finite hidden states at layer {k} for pair "
+                                f"{encoded.pair_ids[idx[stored % len(idx)]]!r}"
+                            )
                 if per_row:
                     mask = batch.response_mask.bool().cpu().numpy()
                     picks = []
@@ -142,8 +153,10 @@ def capture_states(
                         picks.append((j, np.sort(take)))
                     for k in layer_list:
                         h = out.hidden[k].float().cpu().numpy()
+                        # float16 chunks, or float32 ones where float16 overflows; the final
+                        # concatenate promotes the layer to float32 if any chunk is.
                         tok_states[k].append(
-                            np.concatenate([h[j, t] for j, t in picks]).astype(np.float16))
+                            _storage(np.concatenate([h[j, t] for j, t in picks]))[0])
                     tok_rows.append(np.concatenate([np.full(len(t), rows[j]) for j, t in picks]))
     finally:
         model.train(was_training)
@@ -155,6 +168,44 @@ def capture_states(
         cap.tokens = {k: np.concatenate(v)[:token_sample] for k, v in tok_states.items()}
         cap.token_rows = np.concatenate(tok_rows)[:token_sample].astype(np.int64)
     return cap
+
+
+def _storage(values: np.ndarray) -> tuple[np.ndarray, bool]:
+    """``values`` cast to the storage dtype, and whether every stored value is finite.
+
+    float16 when every value survives the cast; otherwise float32 (exact for float32 input), so
+    a finite value beyond float16's +-65504 is kept rather than turned into inf. The check runs
+    on the cast result, i.e. on exactly what is stored: a non-finite stored value means a
+    non-finite input.
+    """
+    with np.errstate(over="ignore"):  # the overflow is what the check below is for
+        half = values.astype(np.float16)
+    if np.isfinite(half).all():
+        return half, True
+    full = values.astype(np.float32, copy=False)
+    return full, bool(np.isfinite(full).all())
+
+
+def _store_rows(store: dict[int, np.ndarray], k: int, rows: np.ndarray, values: np.ndarray,
+                desc: str) -> int | None:
+    """Write pooled ``values`` (b, d) to ``store[k][rows]``, switching that layer's buffer to
+    float32 the first time a value exceeds float16's range (rows already stored were float16,
+    exact in float32). Returns the index into ``values`` of the first non-finite row (nothing is
+    stored then), or None."""
+    if store[k].dtype == np.float16:
+        stored, finite = _storage(values)
+    else:  # already float32: keep full precision from here on
+        stored = values.astype(store[k].dtype, copy=False)
+        finite = bool(np.isfinite(stored).all())
+    if not finite:
+        return int(np.flatnonzero(~np.isfinite(stored).all(axis=1))[0])
+    if stored.dtype != store[k].dtype:  # float16 buffer, float32 values: promote the layer
+        logger.info(
+            "%s: layer %s has pooled values up to %.4g, beyond float16's %g: storing it as %s",
+            desc, k, float(np.abs(values).max()), _F16_MAX, stored.dtype)
+        store[k] = store[k].astype(stored.dtype)
+    store[k][rows] = stored
+    return None
 
 
 class _null:

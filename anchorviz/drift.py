@@ -13,6 +13,8 @@ and converted):
 - :func:`gram_linear_cka` -- the textbook n x n Gram-matrix implementation, kept as a reference
   for tests and the benchmark only.
 - :func:`cosine_drift` -- per-row ``1 - cos(s_i, r_i)``.
+- :func:`centred_cosine_drift` -- the same about the reference's per-dimension mean (optionally
+  standardised by its per-dimension std), so shared huge dimensions do not hide the drift.
 - :func:`drift_table` -- a tidy table, one row per (split, layer).
 - :func:`drift_ood_relation` and :class:`OODRiskEstimator` -- how drift relates to OOD gain
   across runs, and a label-free estimate of the OOD gain of a new domain from its drift.
@@ -61,6 +63,7 @@ __all__ = [
     "OODRiskEstimator",
     "OODRiskPrediction",
     "StreamingCKA",
+    "centred_cosine_drift",
     "cosine_drift",
     "drift_ood_relation",
     "drift_table",
@@ -554,6 +557,10 @@ def cosine_drift(
     where exactly one is zero has no defined cosine: ``on_zero="raise"`` (default) raises
     :class:`DriftError`; ``on_zero="orthogonal"`` treats the cosine as 0 (drift 1).
 
+    Uncentred: on decoder hidden states a few huge, nearly constant dimensions dominate every
+    norm and dot product, so this is close to 0 whatever the other dimensions do; see
+    :func:`centred_cosine_drift`.
+
     Args:
         S: (n, d) student states; R: (n, d) reference states, same rows and width.
 
@@ -561,6 +568,77 @@ def cosine_drift(
         (n,) float64 array in [0, 2].
     """
     where = _where(layer, split)
+    s, r = _cosine_inputs(S, R, on_zero, where)
+    return _row_cosine_drift(s, r, on_zero, where)
+
+
+def centred_cosine_drift(
+    S: DriftValue,
+    R: DriftValue,
+    *,
+    standardise: bool = False,
+    on_zero: Literal["raise", "orthogonal"] = "raise",
+    layer: Any = None,
+    split: Any = None,
+) -> np.ndarray:
+    """Per-row reference-centred cosine drift ``1 - cos(s_i - mu, r_i - mu)``.
+
+    ``mu`` is the reference's per-dimension mean over the rows given (one split and layer), and
+    the same ``mu`` is subtracted from the student, so a shared offset -- e.g. the few huge,
+    nearly constant dimensions of decoder hidden states, which make :func:`cosine_drift` ~0 --
+    cancels and the drift reflects how the student moved relative to the reference's spread.
+    ``standardise=True`` also divides both by the reference's per-dimension standard deviation
+    ``sigma`` (population, ddof 0), so every dimension counts by its reference variability
+    rather than its raw scale; a dimension where the reference is constant (``sigma`` at float
+    round-off of its mean) is left unscaled.
+
+    Properties: 0 for identical states; unchanged when the same vector is added to every row of
+    both; the standardised form is also unchanged by the same per-dimension rescaling of both.
+    Zero rows after centring follow ``on_zero`` as in :func:`cosine_drift`.
+
+    Args:
+        S: (n, d) student states; R: (n, d) reference states, same rows and width.
+        standardise: divide by the reference per-dimension std after centring.
+        on_zero: ``"raise"`` or ``"orthogonal"`` (see :func:`cosine_drift`).
+        layer, split: optional labels for error messages.
+
+    Returns:
+        (n,) float64 array in [0, 2].
+
+    Raises:
+        DriftError: rows or widths differ, NaN / inf, no rows, a constant reference (every
+            centred reference row is zero), or a zero row under ``on_zero="raise"``.
+    """
+    where = _where(layer, split)
+    s, r = _cosine_inputs(S, R, on_zero, where)
+    if r.shape[0] == 0:
+        raise DriftError(f"centred cosine drift needs at least 1 row, got 0{where}")
+    mu = _finite_mean(r, "reference", where)
+    # Per-dimension variance about mu, accumulated chunk by chunk in float64.
+    ss = np.zeros(r.shape[1])
+    step = _chunk_rows(r.shape[1])
+    for lo in range(0, r.shape[0], step):
+        b = np.asarray(r[lo : lo + step], dtype=np.float64) - mu
+        ss += np.einsum("ij,ij->j", b, b)
+    sd = np.sqrt(ss / r.shape[0])
+    var, energy = float(ss.sum()), float(ss.sum() + r.shape[0] * float(mu @ mu))
+    if var <= 0.0 or var <= _CONSTANT_RTOL * energy:
+        raise DriftError(
+            f"reference is a constant (zero-variance) representation: its centred rows are all "
+            f"zero, so the centred cosine is undefined{where}"
+        )
+    scale = None
+    if standardise:
+        # float64 round-off of a constant column is ~1e-16 |mu|; anything that small is "constant".
+        floor = 1e-12 * (np.abs(mu) + float(sd.max()))
+        scale = np.where(sd > floor, sd, 1.0)
+    return _row_cosine_drift(s, r, on_zero, where, shift=mu, scale=scale,
+                             kind="reference-centred ")
+
+
+def _cosine_inputs(
+    S: DriftValue, R: DriftValue, on_zero: str, where: str
+) -> tuple[np.ndarray, np.ndarray]:
     s = _as_matrix(S, "student", where)
     r = _as_matrix(R, "reference", where)
     _check_rows(s, r, ("student", "reference"), where)
@@ -570,6 +648,21 @@ def cosine_drift(
         )
     if on_zero not in ("raise", "orthogonal"):
         raise ValueError(f"on_zero must be 'raise' or 'orthogonal', got {on_zero!r}")
+    return s, r
+
+
+def _row_cosine_drift(
+    s: np.ndarray,
+    r: np.ndarray,
+    on_zero: str,
+    where: str,
+    *,
+    shift: np.ndarray | None = None,
+    scale: np.ndarray | None = None,
+    kind: str = "",
+) -> np.ndarray:
+    """``1 - cos`` row by row of ``(s - shift) / scale`` and ``(r - shift) / scale``, float64,
+    chunk by chunk (bounded memory)."""
     out = np.empty(s.shape[0], dtype=np.float64)
     step = _chunk_rows(s.shape[1])
     for lo in range(0, s.shape[0], step):
@@ -579,6 +672,12 @@ def cosine_drift(
             raise DriftError(f"student contains NaN or inf{where}")
         if not np.isfinite(b).all():
             raise DriftError(f"reference contains NaN or inf{where}")
+        if shift is not None:
+            a = a - shift
+            b = b - shift
+        if scale is not None:
+            a = a / scale
+            b = b / scale
         # Scale each row by its max-abs entry first so that squares neither overflow nor underflow.
         sa = np.abs(a).max(axis=1)
         sb = np.abs(b).max(axis=1)
@@ -591,8 +690,8 @@ def cosine_drift(
         if one.any() and on_zero == "raise":
             i = lo + int(np.flatnonzero(one)[0])
             raise DriftError(
-                f"row {i}: exactly one of student / reference is a zero vector, so its cosine is "
-                f"undefined (pass on_zero='orthogonal' to count it as drift 1){where}"
+                f"row {i}: exactly one of the {kind}student / reference is a zero vector, so its "
+                f"cosine is undefined (pass on_zero='orthogonal' to count it as drift 1){where}"
             )
         denom = np.where(za | zb, 1.0, na * nb)
         cos = np.einsum("ij,ij->i", a, b) / denom
@@ -603,6 +702,8 @@ def cosine_drift(
 
 DRIFT_COLUMNS = [
     "split", "layer", "cka", "cka_debiased", "cosine_mean", "cosine_median", "cosine_p90", "n_rows",
+    "cosine_centred_mean", "cosine_centred_median", "cosine_centred_p90",
+    "cosine_standardised_mean",
 ]
 
 
@@ -621,13 +722,19 @@ def drift_table(
         reference: the same keys, arrays aligned row by row with ``student``.
         splits: splits to include (default: every split of ``student``, in its order).
         layers: layers to include (default: every layer of each split, ascending).
-        on_zero: how :func:`cosine_drift` treats a row where one vector is zero.
+        on_zero: how :func:`cosine_drift` / :func:`centred_cosine_drift` treat a row where one
+            vector is zero.
 
     Returns:
         DataFrame with columns ``split, layer, cka, cka_debiased, cosine_mean, cosine_median,
-        cosine_p90, n_rows`` (one row per pair of split and layer; CKA and cosine drift of
-        student vs reference). No NaN: bad input raises :class:`DriftError` naming the split and
-        layer.
+        cosine_p90, n_rows, cosine_centred_mean, cosine_centred_median, cosine_centred_p90,
+        cosine_standardised_mean`` (one row per pair of split and layer). ``cka`` is the biased
+        linear CKA (inflated when rows are few relative to the width, e.g. 600 x 384),
+        ``cka_debiased`` the unbiased-HSIC one; ``cosine_*`` summarise :func:`cosine_drift`
+        (uncentred, ~0 when a few huge dimensions dominate), ``cosine_centred_*``
+        :func:`centred_cosine_drift` about the reference mean of that split and layer, and
+        ``cosine_standardised_mean`` the same also divided by the reference per-dimension std.
+        No NaN: bad input raises :class:`DriftError` naming the split and layer.
     """
     rows = []
     for split in splits if splits is not None else list(student):
@@ -651,6 +758,9 @@ def drift_table(
             acc.update(s, r, shift=(_finite_mean(s, "student", where),
                                     _finite_mean(r, "reference", where)))
             cos = cosine_drift(s, r, on_zero=on_zero, layer=layer, split=split)
+            cen = centred_cosine_drift(s, r, on_zero=on_zero, layer=layer, split=split)
+            std = centred_cosine_drift(s, r, standardise=True, on_zero=on_zero, layer=layer,
+                                       split=split)
             rows.append({
                 "split": split,
                 "layer": layer,
@@ -660,6 +770,10 @@ def drift_table(
                 "cosine_median": float(np.median(cos)),
                 "cosine_p90": float(np.quantile(cos, 0.9)),
                 "n_rows": n,
+                "cosine_centred_mean": float(cen.mean()),
+                "cosine_centred_median": float(np.median(cen)),
+                "cosine_centred_p90": float(np.quantile(cen, 0.9)),
+                "cosine_standardised_mean": float(std.mean()),
             })
             logger.debug("drift %s layer %s: %s", split, layer, rows[-1])
     return pd.DataFrame(rows, columns=DRIFT_COLUMNS)

@@ -3,12 +3,17 @@ the drift-OOD relation and the label-free OOD risk estimator."""
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pandas as pd
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from scipy.stats import ortho_group
 
+import anchorviz.drift as drift_mod
 from anchorviz.drift import (
     DriftError,
     OODRiskEstimator,
@@ -126,6 +131,109 @@ def test_cosine_drift_one_zero_vector():
     assert np.allclose(cosine_drift(s, r, on_zero="orthogonal"), [0.0, 1.0])
 
 
+# --- reference-centred cosine drift ------------------------------------------------------------
+
+
+def _offset_dominated(n: int, d: int, offset: float, seed: int):
+    """Reference: ``d`` (even) N(0, 1) dimensions plus one huge constant dimension ``offset``,
+    like the few massive dimensions of decoder hidden states. Student: the same rows rotated by
+    90 degrees in each plane (2j, 2j+1) of the ordinary dimensions, the offset kept. The
+    ordinary dimensions have mean 0, so the rotation also maps the centred rows to orthogonal
+    ones."""
+    rng = np.random.default_rng(seed)
+    z = rng.normal(size=(n, d))
+    z -= z.mean(axis=0)
+    rot = np.empty_like(z)
+    rot[:, 0::2], rot[:, 1::2] = -z[:, 1::2], z[:, 0::2]
+    col = np.full((n, 1), offset)
+    return np.hstack([rot, col]), np.hstack([z, col])
+
+
+@settings(max_examples=25, deadline=None)
+@given(n=st.integers(8, 120), half=st.integers(2, 12), offset=st.floats(300.0, 1e4),
+       seed=st.integers(0, 2**16))
+def test_centred_drift_sees_what_a_huge_shared_offset_hides(n, half, offset, seed):
+    stu, ref = _offset_dominated(n, 2 * half, offset, seed)
+    # Uncentred, the offset dominates every norm: the rotation is almost invisible ...
+    assert cosine_drift(stu, ref).mean() < 0.01
+    # ... centred on the reference mean, the rows are orthogonal: drift 1 exactly.
+    cen = drift_mod.centred_cosine_drift(stu, ref)
+    np.testing.assert_allclose(cen, 1.0, atol=1e-9)
+    table = drift_table({"s": {0: stu}}, {"s": {0: ref}})
+    assert table["cosine_mean"].iloc[0] < 0.01
+    assert table["cosine_centred_mean"].iloc[0] == pytest.approx(1.0, abs=1e-9)
+    assert table["cosine_centred_median"].iloc[0] == pytest.approx(1.0, abs=1e-9)
+    assert table["cosine_standardised_mean"].iloc[0] > 0.5
+
+
+def test_centred_drift_zero_for_identical_and_invariant_to_a_shared_shift():
+    x, _ = _pair(dy=12)
+    rng = np.random.default_rng(5)
+    y = x + 0.7 * rng.normal(size=x.shape)
+    for standardise in (False, True):
+        f = functools.partial(drift_mod.centred_cosine_drift, standardise=standardise)
+        assert np.all(f(x, x) < 1e-12)
+        assert np.all(f(x.astype(np.float32), x.astype(np.float32)) < 1e-12)
+        base = f(y, x)
+        assert base.shape == (x.shape[0],) and base.dtype == np.float64
+        assert base.mean() > 0.05
+        shift = rng.normal(size=x.shape[1]) * 1e3
+        np.testing.assert_allclose(f(y + shift, x + shift), base, atol=1e-9)
+        np.testing.assert_allclose(f(torch.tensor(y), torch.tensor(x)), base, atol=1e-12)
+    # The standardised form also ignores the same per-dimension rescaling of both.
+    scale = np.geomspace(1e-3, 1e3, x.shape[1])
+    np.testing.assert_allclose(
+        drift_mod.centred_cosine_drift(y * scale, x * scale, standardise=True),
+        drift_mod.centred_cosine_drift(y, x, standardise=True), atol=1e-9)
+
+
+def test_standardised_drift_sees_what_a_high_variance_shared_dimension_hides():
+    stu, ref = _offset_dominated(400, 8, 0.0, seed=2)
+    loud = np.random.default_rng(3).normal(size=(400, 1)) * 1e3  # varies, identical in both
+    stu, ref = np.hstack([stu, loud]), np.hstack([ref, loud])
+    assert drift_mod.centred_cosine_drift(stu, ref).mean() < 0.01
+    assert drift_mod.centred_cosine_drift(stu, ref, standardise=True).mean() > 0.5
+
+
+def test_centred_drift_errors():
+    x, y = _pair(dy=12)
+    const = np.ones((10, 4))
+    with pytest.raises(DriftError, match=r"reference is a constant .*layer 3"):
+        drift_mod.centred_cosine_drift(np.arange(40.0).reshape(10, 4), const, layer=3)
+    with pytest.raises(DriftError, match=r"same width"):
+        drift_mod.centred_cosine_drift(x, y[:, :5])
+    bad = x.copy()
+    bad[3, 1] = np.inf
+    with pytest.raises(DriftError, match=r"student contains NaN or inf.*split 'a'"):
+        drift_mod.centred_cosine_drift(bad, x, split="a")
+    with pytest.raises(DriftError, match=r"reference contains NaN or inf"):
+        drift_mod.centred_cosine_drift(x, bad)
+    # A student row equal to the reference mean is a zero vector after centring.
+    ref = np.array([[1.0, 0.0], [-1.0, 0.0], [0.0, 2.0], [0.0, -2.0]]) + 5.0
+    stu = ref.copy()
+    stu[1] = 5.0
+    with pytest.raises(DriftError, match=r"row 1: exactly one of the reference-centred"):
+        drift_mod.centred_cosine_drift(stu, ref)
+    d = drift_mod.centred_cosine_drift(stu, ref, on_zero="orthogonal")
+    np.testing.assert_allclose(d, [0.0, 1.0, 0.0, 0.0], atol=1e-12)
+
+
+def test_drift_table_columns_match_the_functions():
+    x, y = _pair(n=60, dy=12)
+    table = drift_table({"t": {4: y}}, {"t": {4: x}})
+    row = table.iloc[0]
+    assert row["cka"] == pytest.approx(linear_cka(y, x), abs=1e-12)
+    assert row["cka_debiased"] == pytest.approx(linear_cka(y, x, debiased=True), abs=1e-12)
+    assert row["cka_debiased"] < row["cka"]
+    cen = drift_mod.centred_cosine_drift(y, x)
+    assert row["cosine_centred_mean"] == pytest.approx(cen.mean(), abs=1e-12)
+    assert row["cosine_centred_median"] == pytest.approx(np.median(cen), abs=1e-12)
+    assert row["cosine_centred_p90"] == pytest.approx(np.quantile(cen, 0.9), abs=1e-12)
+    std = drift_mod.centred_cosine_drift(y, x, standardise=True)
+    assert row["cosine_standardised_mean"] == pytest.approx(std.mean(), abs=1e-12)
+    assert row["cosine_mean"] == pytest.approx(cosine_drift(y, x).mean(), abs=1e-12)
+
+
 # --- drift table -------------------------------------------------------------------------------
 
 
@@ -141,7 +249,8 @@ def test_drift_table_on_synthetic_states():
     table = drift_table(stu, ref)
     assert list(table.columns) == [
         "split", "layer", "cka", "cka_debiased", "cosine_mean", "cosine_median", "cosine_p90",
-        "n_rows",
+        "n_rows", "cosine_centred_mean", "cosine_centred_median", "cosine_centred_p90",
+        "cosine_standardised_mean",
     ]
     assert len(table) == 6
     assert not table.isna().any().any()
@@ -150,9 +259,14 @@ def test_drift_table_on_synthetic_states():
         part = part.sort_values("layer")
         assert part["cka"].iloc[0] == pytest.approx(1.0)
         assert part["cosine_mean"].iloc[0] == pytest.approx(0.0, abs=1e-12)
+        assert part["cosine_centred_mean"].iloc[0] == pytest.approx(0.0, abs=1e-12)
+        assert part["cosine_standardised_mean"].iloc[0] == pytest.approx(0.0, abs=1e-12)
         assert part["cka"].is_monotonic_decreasing
+        assert part["cka_debiased"].is_monotonic_decreasing
         assert part["cosine_mean"].is_monotonic_increasing
+        assert part["cosine_centred_mean"].is_monotonic_increasing
         assert (part["cosine_p90"] >= part["cosine_median"]).all()
+        assert (part["cosine_centred_p90"] >= part["cosine_centred_median"]).all()
     sub = drift_table(stu, ref, splits=["target_test"], layers=[2])
     assert sub[["split", "layer"]].values.tolist() == [["target_test", 2]]
 

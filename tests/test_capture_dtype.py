@@ -1,0 +1,121 @@
+"""Capture storage dtype: finite states beyond float16's range (65504) are kept, not turned into
+inf; genuinely non-finite states are still refused with the error naming layer and pair."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from conftest import tiny_backbone, toy_pairs, word_tokenizer
+
+import anchorviz.capture as capture_mod
+from anchorviz.capture import CaptureError, capture_states, load_captured, save_captured
+from anchorviz.models import RewardModel, pool_states
+from anchorviz.tokenization import encode_pairs
+from anchorviz.train import joint_batch
+
+F16_MAX = float(np.finfo(np.float16).max)
+
+
+def _model_and_pairs(kind: str, n: int = 6):
+    tok = word_tokenizer(kind)
+    model = RewardModel(tiny_backbone(kind, vocab_size=len(tok), layers=2))
+    return model, encode_pairs(tok, toy_pairs(n), max_length=16)
+
+
+@torch.no_grad()
+def _expected(model: RewardModel, enc, layers: list[int]) -> dict[str, dict[int, np.ndarray]]:
+    """Pooled float32 states of every row, computed directly (one batch, no storage cast)."""
+    model.eval()
+    idx = list(range(len(enc)))
+    batch, _ = joint_batch(enc, idx)
+    out = model(batch.input_ids, batch.attention_mask, batch.response_mask, layers=layers)
+    rows = np.array([2 * i for i in idx] + [2 * i + 1 for i in idx])
+    want: dict[str, dict[int, np.ndarray]] = {"mean": {}, "head": {}}
+    for k in layers:
+        for kind, pooling in (("mean", "mean"), ("head", model.pooling)):
+            arr = np.empty((2 * len(enc), model.hidden_size), np.float32)
+            arr[rows] = pool_states(out.hidden[k].float(), batch.response_mask, pooling).numpy()
+            want[kind][k] = arr
+    return want
+
+
+def test_encoder_layer_beyond_float16_is_stored_as_float32(tmp_path: Path) -> None:
+    model, enc = _model_and_pairs("encoder")
+    with torch.no_grad():  # layer 0 (post-LayerNorm embeddings) ~1e5; later layers re-normalise
+        model.backbone.embeddings.LayerNorm.weight.mul_(3e5)
+    want = _expected(model, enc, [0, 1, 2])
+    assert np.abs(want["mean"][0]).max() > 2 * F16_MAX
+    assert np.abs(want["mean"][2]).max() < 100.0
+    cap = capture_states(model, enc, batch_size=4, progress=False, token_sample=20)
+    back = load_captured(save_captured(tmp_path / "c.safetensors", cap))
+    for c in (cap, back):
+        for k in (0, 1, 2):
+            got = c.states(k).astype(np.float32)
+            assert np.isfinite(got).all(), f"layer {k} has inf after storage"
+            assert np.isfinite(c.tokens[k]).all()
+        assert c.mean[0].dtype == np.float32  # promoted: exact
+        assert c.mean[2].dtype == np.float16  # in range: unchanged storage
+        assert c.tokens[0].dtype == np.float32 and c.tokens[2].dtype == np.float16
+        np.testing.assert_allclose(c.states(0).astype(np.float32), want["mean"][0], rtol=1e-5,
+                                   atol=0.0)
+        np.testing.assert_allclose(c.states(2).astype(np.float32), want["mean"][2], rtol=2e-3,
+                                   atol=2e-3)
+
+
+def test_decoder_head_and_mean_beyond_float16_are_kept(tmp_path: Path) -> None:
+    model, enc = _model_and_pairs("decoder")
+    assert model.pooling == "last"
+    with torch.no_grad():  # a huge residual stream (the final norm brings the last layer back)
+        model.backbone.embed_tokens.weight.mul_(1e7)
+    want = _expected(model, enc, [0, 1, 2])
+    assert np.abs(want["head"][0]).max() > 2 * F16_MAX
+    cap = capture_states(model, enc, batch_size=64, progress=False)
+    assert cap.head is not cap.mean
+    back = load_captured(save_captured(tmp_path / "d.safetensors", cap))
+    for c in (cap, back):
+        for kind in ("mean", "head"):
+            for k in (0, 1, 2):
+                got = c.states(k, kind).astype(np.float32)
+                assert np.isfinite(got).all(), f"{kind} layer {k} has inf after storage"
+                if np.abs(want[kind][k]).max() > F16_MAX:
+                    assert c.states(k, kind).dtype == np.float32
+                    np.testing.assert_allclose(got, want[kind][k], rtol=1e-5,
+                                               atol=1e-6 * np.abs(want[kind][k]).max())
+
+
+def test_storage_cast_keeps_large_values_and_flags_non_finite() -> None:
+    big = np.array([[1.5e5, -2.0], [3.0, 0.25]], np.float32)
+    stored, finite = capture_mod._storage(big)
+    assert finite and stored.dtype == np.float32
+    np.testing.assert_array_equal(stored, big)
+    small = np.array([[1.0, -2.0]], np.float32)
+    stored, finite = capture_mod._storage(small)
+    assert finite and stored.dtype == np.float16
+    for bad in (np.nan, np.inf):
+        stored, finite = capture_mod._storage(np.array([[1.0, bad]], np.float32))
+        assert not finite
+    # A float16 buffer is promoted the first time a batch overflows and stays float32 after.
+    store = {3: np.zeros((6, 2), np.float16)}
+    assert capture_mod._store_rows(store, 3, np.array([0, 1]), small.repeat(2, 0), "t") is None
+    assert capture_mod._store_rows(store, 3, np.array([2, 3]), big, "t") is None
+    assert store[3].dtype == np.float32
+    assert capture_mod._store_rows(store, 3, np.array([4, 5]), big / 1e5, "t") is None
+    assert store[3].dtype == np.float32
+    np.testing.assert_array_equal(store[3][2:4], big)
+    np.testing.assert_array_equal(store[3][4:6], big / 1e5)  # full precision after promotion
+    np.testing.assert_array_equal(store[3][0:2], small.repeat(2, 0))
+    bad = big.copy()
+    bad[1, 0] = np.nan
+    assert capture_mod._store_rows(store, 3, np.array([0, 1]), bad, "t") == 1
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf")])
+def test_non_finite_states_are_still_refused(value: float) -> None:
+    model, enc = _model_and_pairs("encoder")
+    with torch.no_grad():
+        model.backbone.embeddings.word_embeddings.weight.fill_(value)
+    with pytest.raises(CaptureError, match=r"non-finite hidden states at layer 0 for pair 'toy-"):
+        capture_states(model, enc, progress=False)
