@@ -17,6 +17,12 @@ ceiling is the strong model trained on gold labels.
 Bootstrap intervals are percentile intervals over resampled pairs. Teacher and student are
 scored on the same pairs, so a paired bootstrap resamples pair indices once per split and uses
 them for both models; the ID and OOD splits are resampled independently.
+
+Real preference sets hold several pairs per prompt, and pairs of one prompt are not independent:
+a bootstrap over pairs then gives too narrow an interval. Given ``groups`` (one prompt id per
+pair) with some group of more than one pair, the bootstrap resamples whole groups instead (a
+cluster bootstrap: draw groups with replacement, keep all their pairs); without groups, or with
+every group a single pair, it resamples pairs exactly as before. `bootstrap_kind` says which.
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ __all__ = [
     "SeedSummary",
     "accuracy_by_group",
     "bootstrap_accuracy_ci",
+    "bootstrap_kind",
     "paired_bootstrap_transfer",
     "pairwise_accuracy",
     "per_pair_correct",
@@ -206,6 +213,67 @@ def _resampled_means(
     return [np.concatenate(parts) for parts in out]
 
 
+def _group_codes(groups: ArrayLike | None, n: int, name: str) -> np.ndarray | None:
+    """Integer codes ``0..G-1`` of ``groups`` (one id per pair), or None for a pair bootstrap:
+    no groups given, or every group a single pair."""
+    if groups is None:
+        return None
+    g = np.asarray(groups)
+    if g.ndim != 1:
+        raise ValueError(f"{name} must be 1-D (one group id per pair), got shape {g.shape}")
+    if g.size != n:
+        raise ValueError(f"{name} must give one group id per pair: {g.size} ids for {n} pairs")
+    if g.dtype.kind == "f" and not np.isfinite(g).all():
+        raise ValueError(f"{name} contains non-finite group ids (NaN or inf)")
+    if g.dtype == object:
+        if any(v is None for v in g):
+            raise ValueError(f"{name} contains missing group ids (None)")
+        g = g.astype(str)
+    uniq, codes = np.unique(g, return_inverse=True)
+    if uniq.size == n:  # all singletons: resampling groups is resampling pairs
+        return None
+    if uniq.size < 2:
+        raise ValueError(
+            f"{name} puts all {n} pairs in one group: a cluster bootstrap needs at least two "
+            "groups (pass groups=None when the pairs have no prompt ids)"
+        )
+    return codes.reshape(-1)
+
+
+def bootstrap_kind(groups: ArrayLike | None) -> str:
+    """``"cluster"`` when ``groups`` is given and some group holds more than one pair (the
+    bootstrap resamples groups), else ``"pair"`` (it resamples pairs)."""
+    if groups is None:
+        return "pair"
+    g = np.asarray(groups)
+    return "pair" if _group_codes(g, g.size, "groups") is None else "cluster"
+
+
+def _cluster_resampled_means(
+    columns: list[np.ndarray], codes: np.ndarray, n_boot: int, rng: np.random.Generator
+) -> list[np.ndarray]:
+    """Cluster-bootstrap means of equal-length ``columns``: each resample draws as many groups
+    as there are, with replacement (the same groups for every column), and averages all the
+    pairs of the drawn groups. Vectorised over per-group sums and sizes."""
+    n_groups = int(codes.max()) + 1
+    sizes = np.bincount(codes, minlength=n_groups).astype(np.float64)
+    sums = [np.bincount(codes, weights=col, minlength=n_groups) for col in columns]
+    out: list[list[np.ndarray]] = [[] for _ in columns]
+    for idx in _index_chunks(n_groups, n_boot, rng):
+        den = sizes[idx].sum(axis=1)
+        for j, s in enumerate(sums):
+            out[j].append(s[idx].sum(axis=1) / den)
+    return [np.concatenate(parts) for parts in out]
+
+
+def _resample(
+    columns: list[np.ndarray], codes: np.ndarray | None, n_boot: int, rng: np.random.Generator
+) -> list[np.ndarray]:
+    if codes is None:
+        return _resampled_means(columns, n_boot, rng)
+    return _cluster_resampled_means(columns, codes, n_boot, rng)
+
+
 def _percentiles(samples: np.ndarray, alpha: float) -> tuple[float, float]:
     lo, hi = np.quantile(samples, [alpha / 2, 1 - alpha / 2])
     return float(lo), float(hi)
@@ -217,25 +285,34 @@ def _check_n_boot(n_boot: int) -> None:
 
 
 def bootstrap_accuracy_ci(
-    correct: ArrayLike, n_boot: int = 2000, alpha: float = 0.05, seed: int = 0
+    correct: ArrayLike,
+    n_boot: int = 2000,
+    alpha: float = 0.05,
+    seed: int = 0,
+    groups: ArrayLike | None = None,
 ) -> Interval:
-    """Accuracy with a percentile bootstrap interval over pairs.
+    """Accuracy with a percentile bootstrap interval over pairs (or over prompt groups).
 
     Args:
         correct: per-pair correctness ``(n,)`` of 0 / 0.5 / 1 (see `per_pair_correct`).
         n_boot: number of resamples.
         alpha: 1 - confidence level (0.05 -> a 95% interval).
         seed: seed of the resampling; the same seed gives the same interval.
+        groups: optional group id per pair ``(n,)`` (e.g. the prompt). When some group holds
+            more than one pair, each resample draws groups with replacement and keeps all their
+            pairs (cluster bootstrap); otherwise, and when None, it draws pairs, giving exactly
+            the interval of ``groups=None``. `bootstrap_kind(groups)` says which was used.
 
     Returns:
         ``Interval(point, lo, hi)``: the observed accuracy and the ``alpha / 2`` and
         ``1 - alpha / 2`` quantiles of the resampled accuracies.
     """
     arr = _as_correct(correct, "correct")
+    codes = _group_codes(groups, arr.size, "groups")
     _check_n_boot(n_boot)
     _check_alpha(alpha)
     rng = np.random.default_rng(seed)
-    (means,) = _resampled_means([arr], int(n_boot), rng)
+    (means,) = _resample([arr], codes, int(n_boot), rng)
     return Interval(float(arr.mean()), *_percentiles(means, alpha))
 
 
@@ -268,6 +345,8 @@ def paired_bootstrap_transfer(
     n_boot: int = 2000,
     alpha: float = 0.05,
     seed: int = 0,
+    groups_id: ArrayLike | None = None,
+    groups_ood: ArrayLike | None = None,
 ) -> dict[str, Interval | None]:
     """WRG, AOG, NTS (and PGR) with paired percentile bootstrap intervals.
 
@@ -282,6 +361,11 @@ def paired_bootstrap_transfer(
         ceiling_correct_id, ceiling_correct_ood: optional correctness of the gold-trained
             ceiling on each split, giving ``"pgr"`` (ID) and ``"pgr_ood"``.
         n_boot, alpha, seed: as in `bootstrap_accuracy_ci`.
+        groups_id, groups_ood: optional group id (prompt) per pair of the ID / OOD split, in
+            the order of that split's arrays. A split whose groups hold more than one pair is
+            resampled by groups (cluster bootstrap, the same groups for teacher, student and
+            ceiling); otherwise by pairs, exactly as without groups. `bootstrap_kind` says
+            which, per split.
 
     Returns:
         ``{"wrg", "aog", "nts"}`` -> ``Interval(point, lo, hi)``, plus ``"pgr"`` /
@@ -305,12 +389,14 @@ def paired_bootstrap_transfer(
         c_ood = _as_correct(ceiling_correct_ood, "ceiling_correct_ood")
         _same_length(t_ood, c_ood, "teacher_correct_ood", "ceiling_correct_ood")
         ood_cols.append(c_ood)
+    codes_id = _group_codes(groups_id, t_id.size, "groups_id")
+    codes_ood = _group_codes(groups_ood, t_ood.size, "groups_ood")
     _check_n_boot(n_boot)
     _check_alpha(alpha)
 
     rng = np.random.default_rng(seed)
-    id_boot = _resampled_means(id_cols, int(n_boot), rng)
-    ood_boot = _resampled_means(ood_cols, int(n_boot), rng)
+    id_boot = _resample(id_cols, codes_id, int(n_boot), rng)
+    ood_boot = _resample(ood_cols, codes_ood, int(n_boot), rng)
 
     point = transfer_scores(t_id.mean(), t_ood.mean(), s_id.mean(), s_ood.mean())
     wrg_b = id_boot[1] - id_boot[0]

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from anchorviz.metrics import (
     Interval,
     bootstrap_accuracy_ci,
+    bootstrap_kind,
     paired_bootstrap_transfer,
     pairwise_accuracy,
     per_pair_correct,
@@ -209,6 +210,91 @@ def test_paired_bootstrap_validation():
     bad[0] = np.nan
     with pytest.raises(ValueError, match="student_correct_ood"):
         paired_bootstrap_transfer(t_id, s_id, t_ood, bad)
+
+
+# --------------------------------------------------------------------------- clustered pairs
+
+
+def clustered(n_prompts: int = 200, per_prompt: int = 5, seed: int = 0):
+    """``per_prompt`` pairs per prompt whose correctness is shared within the prompt."""
+    rng = np.random.default_rng(seed)
+    by_prompt = (rng.random(n_prompts) < 0.7).astype(float)
+    return np.repeat(by_prompt, per_prompt), np.repeat(np.arange(n_prompts), per_prompt)
+
+
+def test_cluster_bootstrap_is_wider_when_pairs_share_a_prompt():
+    correct, groups = clustered()
+    pair = bootstrap_accuracy_ci(correct, n_boot=2000, seed=0)
+    cluster = bootstrap_accuracy_ci(correct, n_boot=2000, seed=0, groups=groups)
+    assert bootstrap_kind(groups) == "cluster" and bootstrap_kind(None) == "pair"
+    assert cluster.point == pair.point
+    # 5 identical pairs per prompt carry the information of one: about sqrt(5) = 2.24x wider
+    assert (cluster.hi - cluster.lo) > 1.7 * (pair.hi - pair.lo)
+    assert cluster.lo <= cluster.point <= cluster.hi
+    # the normal approximation over the 200 prompts
+    assert cluster.hi - cluster.lo == pytest.approx(
+        2 * 1.96 * math.sqrt(correct.mean() * (1 - correct.mean()) / 200), rel=0.15)
+
+
+def test_singleton_groups_are_the_pair_bootstrap():
+    correct, _ = clustered()
+    singletons = np.arange(correct.size)[::-1].astype(str)
+    assert bootstrap_kind(singletons) == "pair"
+    assert bootstrap_accuracy_ci(correct, n_boot=500, seed=2, groups=singletons) == \
+        bootstrap_accuracy_ci(correct, n_boot=500, seed=2)
+
+
+def test_cluster_bootstrap_matches_resampling_groups_by_hand():
+    # unequal groups, labels out of order: draws index the sorted labels, a resample keeps
+    # every pair of every drawn group (a ratio of sums, not a mean of group means)
+    correct = np.array([1, 1, 1, 0, 0, 1, 0.5, 0, 1, 1], dtype=float)
+    groups = np.array(["c", "c", "c", "a", "b", "b", "d", "d", "d", "d"])
+    labels = np.unique(groups)
+    idx = np.random.default_rng(7).integers(0, labels.size, size=(300, labels.size))
+    means = [np.concatenate([correct[groups == labels[k]] for k in row]).mean() for row in idx]
+    lo, hi = np.quantile(means, [0.025, 0.975])
+    iv = bootstrap_accuracy_ci(correct, n_boot=300, seed=7, groups=groups)
+    assert iv.point == pytest.approx(correct.mean())
+    assert (iv.lo, iv.hi) == (pytest.approx(lo), pytest.approx(hi))
+
+
+def test_cluster_bootstrap_validation():
+    correct, groups = clustered(20, 3)
+    with pytest.raises(ValueError, match="one group id per pair"):
+        bootstrap_accuracy_ci(correct, groups=groups[:-1])
+    with pytest.raises(ValueError, match="one group"):
+        bootstrap_accuracy_ci(correct, groups=np.zeros(correct.size))
+    with pytest.raises(ValueError, match="non-finite"):
+        bootstrap_accuracy_ci(correct, groups=np.where(groups == 0, np.nan, groups))
+    with pytest.raises(ValueError, match="groups_ood"):
+        paired_bootstrap_transfer(correct, correct, correct, correct, groups_ood=groups[:5])
+
+
+def test_paired_transfer_cluster_bootstrap_per_split():
+    t_id, groups_id = clustered(150, 4, seed=1)
+    s_id = t_id.copy()
+    s_id[groups_id < 20] = 1.0  # the student fixes whole prompts
+    t_ood, s_ood = t_id[::-1].copy(), s_id[::-1].copy()
+    plain = paired_bootstrap_transfer(t_id, s_id, t_ood, s_ood, n_boot=1000)
+    # no groups, or singleton groups: exactly today's numbers
+    assert paired_bootstrap_transfer(t_id, s_id, t_ood, s_ood, n_boot=1000, groups_id=None,
+                                     groups_ood=np.arange(t_ood.size)) == plain
+    both = paired_bootstrap_transfer(t_id, s_id, t_ood, s_ood, n_boot=1000, groups_id=groups_id,
+                                     groups_ood=groups_id[::-1])
+    id_only = paired_bootstrap_transfer(t_id, s_id, t_ood, s_ood, n_boot=1000,
+                                        groups_id=groups_id)
+    for key in ("wrg", "aog", "nts"):
+        assert both[key].point == pytest.approx(plain[key].point)
+        assert both[key].lo <= both[key].point <= both[key].hi
+
+    def width(iv):
+        return iv.hi - iv.lo
+
+    assert width(both["wrg"]) > 1.5 * width(plain["wrg"])
+    assert width(both["aog"]) > 1.5 * width(plain["aog"])
+    assert width(id_only["wrg"]) > 1.5 * width(plain["wrg"])
+    assert width(id_only["aog"]) < 1.3 * width(plain["aog"])  # OOD still resampled by pairs
+    assert both["wrg"].lo >= 0  # paired: teacher and student share the drawn prompts
 
 
 # --------------------------------------------------------------------------- across seeds
