@@ -60,27 +60,12 @@ def _table(df) -> str:
 
 
 def _verdict(df) -> str:
-    """Plain-words reading of the table, computed from it (never a canned conclusion)."""
-    lines = []
-    naive = df[df["method"] == "naive"]
-    anchor = df[df["method"] == "anchor"]
-    for seed, g in naive.groupby("seed"):
-        r = g.iloc[0]
-        shows = r["wrg"] > 0 and r["aog"] < r["wrg"]
-        lines.append(
-            f"seed {seed}: naive student WRG {100 * r['wrg']:+.1f}, AOG {100 * r['aog']:+.1f} points: "
-            + ("in-distribution gain with a smaller out-of-distribution gain (the failure mode)"
-               if shows else "no failure mode in this run (WRG <= 0 or AOG >= WRG)"))
-        a = anchor[anchor["seed"] == seed]
-        if len(a):
-            best = a.sort_values("acc_val", ascending=False).iloc[0] if "acc_val" in a else a.iloc[0]
-            lines.append(
-                f"  ANCHOR chosen on source validation (lambda {best['anchor_lambda']:g}): NTS "
-                f"{100 * best['nts']:+.1f} vs naive {100 * r['nts']:+.1f} points")
-    if naive["seed"].nunique() < 3:
-        lines.append("One or two seeds cannot separate these effects from seed noise (about 1-2 "
-                     "points): see docs/RESULTS.md for >= 3 seeds with intervals.")
-    return "\n".join(lines)
+    """Plain-words reading of the table, computed from it by the one verdict function
+    (`anchorviz.summary.verdict_lines`: per-seed numbers, the failure-mode verdict with seed
+    intervals, pooled and per target, and ANCHOR vs naive); never a canned conclusion."""
+    from anchorviz.summary import verdict_lines
+
+    return "\n".join(verdict_lines(df))
 
 
 def cmd_demo(args) -> int:

@@ -30,6 +30,10 @@ from anchorviz.summary import (
 )
 
 
+def _p(p: float) -> str:
+    return "-" if p is None or pd.isna(p) else (f"p {p:.3f}" if p >= 0.001 else "p < 0.001")
+
+
 def markdown(results: pd.DataFrame, command: str, note: str = "") -> str:
     s = summarize(results)
     targets = sorted(c[4:] for c in results.columns
@@ -72,9 +76,10 @@ def markdown(results: pd.DataFrame, command: str, note: str = "") -> str:
                "the planted artefact (clean is the skill the targets can use)." if split_id else ""),
             ""]
     best = best_on_source_val(results)
-    out += ["| strength | naive WRG | naive WRG - AOG (paired) | failure mode? | ANCHOR chosen on "
-            "source val | NTS(ANCHOR) - NTS(naive) (paired) | beyond seed spread? |",
-            "|---|---|---|---|---|---|---|"]
+    out += ["| strength | seeds | naive WRG | naive WRG - AOG pooled (p) | per target: WRG - AOG "
+            "(Holm p) | failure mode? | strict (AOG < 0)? | ANCHOR chosen on source val | "
+            "NTS(ANCHOR) - NTS(naive) (paired) | beyond seed spread? |",
+            "|---|---|---|---|---|---|---|---|---|---|"]
     for strength in sorted(results["artifact_strength"].unique()):
         fm = failure_mode(results, strength)
         b = best[best["artifact_strength"] == strength]
@@ -86,11 +91,29 @@ def markdown(results: pd.DataFrame, command: str, note: str = "") -> str:
             beyond = "yes" if ab["beyond_spread"] else "no"
         else:
             chosen, diff, beyond = "-", "-", "-"
-        out.append(f"| {strength:g} | {points(fm['wrg_mean'])} | {points(fm['mean'], fm['hw'])} | "
-                   f"{'yes' if fm['failure_mode'] else 'no'} | {chosen} | {diff} | {beyond} |")
-    out += ["", "Failure mode = naive WRG > 0 and WRG - AOG > 0 with its 95% t-interval above 0 "
-            "and its mean above its seed std (paired over seeds). The same rule decides whether "
-            "ANCHOR's NTS beats naive's.", ""]
+        pooled = fm["pooled"]
+        pooled_cell = ("-" if pooled is None else
+                       f"{points(pooled['mean'], pooled['hw'])} ({_p(pooled['p'])})")
+        per_target = "<br>".join(
+            f"{t} {points(tb['mean'], tb['hw'])} ({_p(tb['p_holm'])})"
+            + (" *" if tb["failure_mode"] else "")
+            for t, tb in fm["targets"].items()) or "-"
+        if fm["can_conclude"]:
+            verdict = "yes" if fm["failure_mode"] else "no"
+            strict = "yes" if fm["strict"] else "no"
+        else:  # one seed or missing columns: no interval, no verdict
+            verdict = strict = "n/a"
+        out.append(f"| {strength:g} | {fm['n_seeds']} | {points(fm['wrg']['mean'], fm['wrg']['hw'])} | "
+                   f"{pooled_cell} | {per_target} | {verdict} | {strict} | {chosen} | {diff} | "
+                   f"{beyond} |")
+    out += ["", "Failure mode (`anchorviz.summary.failure_mode`) = the naive student's WRG has its "
+            "95% t-interval over seeds above 0 AND WRG - AOG (paired over seeds) has its interval "
+            "above 0, pooled over targets or on some target; per target, the one-sided paired "
+            "t-tests of WRG - AOG > 0 are Holm-adjusted across targets (p_holm < 0.025, the level "
+            "of the 95% interval's lower bound; * marks a target that shows it). Strict = the same "
+            "with AOG itself below 0 beyond the interval. n/a: one seed gives no interval. "
+            "ANCHOR beats naive when NTS(ANCHOR) - NTS(naive) has its interval above 0 and its "
+            "mean above its seed std.", ""]
     return "\n".join(out)
 
 
