@@ -31,6 +31,7 @@ def demo_sweep(strength: float = 0.8, seeds: tuple[int, ...] = (0,), quick: bool
     d = base.data
     d.artifact_kind, d.artifact_strength, d.artifact_target_mode = "marker", strength, "absent"
     d.max_length = 48
+    d.split_per_seed = True  # each seed draws its own split as well as its own training order
     if quick:  # a smoke-sized demo for CI and first looks (~1-2 minutes)
         d.teacher_train, d.w2s_train, d.val, d.source_test, d.target_test = 200, 300, 60, 150, 150
         base.capture.projection = "pca"
@@ -76,7 +77,7 @@ def cmd_demo(args) -> int:
     print(DEMO_NOTE.format(s=args.strength, mode=mode))
     print(f"Teacher {sw.base.models.teacher} (weak), student {sw.base.models.student} (strong); "
           f"runs are written to {args.out}\n")
-    df = sweep(sw, args.out)
+    df = sweep(sw, args.out, jobs=args.jobs, threads=args.threads)
     print("\nResults (accuracies and transfer scores in points; OOD = mean over the 3 targets):")
     print(_table(df))
     print(_verdict(df))
@@ -95,7 +96,7 @@ def cmd_run(args) -> int:
     from anchorviz.experiment import load_config, results_table, run
 
     cfg = load_config(args.config)
-    run(cfg, args.out)
+    run(cfg, args.out, jobs=args.jobs, threads=args.threads)
     print(_table(results_table(args.out)))
     return EXIT_OK
 
@@ -104,7 +105,7 @@ def cmd_sweep(args) -> int:
     from anchorviz.experiment import load_sweep, sweep
 
     sw = load_sweep(args.config)
-    df = sweep(sw, args.out)
+    df = sweep(sw, args.out, jobs=args.jobs, threads=args.threads)
     print(_table(df))
     if args.report:
         print(f"HTML report: {_write_report(args.out)}")
@@ -144,6 +145,25 @@ def cmd_models(args) -> int:
     return EXIT_OK
 
 
+def _positive_int(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return n
+
+
+def _add_jobs(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--jobs", type=_positive_int, default=None,
+                   help="local worker processes (default: $ANCHORVIZ_JOBS or the number of cores); "
+                        "results do not depend on it")
+    p.add_argument("--threads", type=_positive_int, default=1,
+                   help="torch threads per worker (default 1: results do not depend on the "
+                        "machine; more threads can flip pairs on the decision boundary)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="anchorviz",
@@ -167,6 +187,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "carries the marker (default 0.8)")
     d.add_argument("--seeds", type=int, nargs="+", default=[0], help="training seeds (default 0)")
     d.add_argument("--quick", action="store_true", help="smoke-sized splits (CI, first look)")
+    _add_jobs(d)
     d.set_defaults(func=cmd_demo)
 
     r = sub.add_parser("run", help="one run (teacher, ceiling, student) from a YAML config",
@@ -174,6 +195,7 @@ def build_parser() -> argparse.ArgumentParser:
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     r.add_argument("config")
     r.add_argument("--out", default="runs/default")
+    _add_jobs(r)
     r.set_defaults(func=cmd_run)
 
     s = sub.add_parser("sweep", help="a grid of runs sharing teachers / references; resumes",
@@ -182,6 +204,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("config")
     s.add_argument("--out", default="runs/sweep")
     s.add_argument("--report", action="store_true", help="also write report.html")
+    _add_jobs(s)
     s.set_defaults(func=cmd_sweep)
 
     rp = sub.add_parser("report", help="HTML report of a finished run or sweep folder",

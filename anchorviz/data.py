@@ -1292,6 +1292,13 @@ def split_by_prompt(
     return {s: df.iloc[sorted(ix)].reset_index(drop=True) for s, ix in chosen.items()}
 
 
+def _pair_texts(df: pd.DataFrame) -> list[tuple[str, str, str]]:
+    """(prompt, chosen, rejected) of every row, sides unordered: the identity of a pair."""
+    prompts = df["prompt"].astype(str).tolist() if "prompt" in df else [""] * len(df)
+    return [(p, *sorted((str(c), str(r)))) for p, c, r in
+            zip(prompts, df["chosen"].tolist(), df["rejected"].tolist())]
+
+
 def protocol_splits(
     source_df: pd.DataFrame,
     target_dfs: Mapping[str, pd.DataFrame],
@@ -1299,37 +1306,60 @@ def protocol_splits(
     target_test_size: int | float | None,
     seed: int,
     group_key: str | Callable[[pd.Series], Any] | None = "prompt",
+    dropped: dict[str, int] | None = None,
+    clip_targets: bool = False,
 ) -> dict[str, pd.DataFrame]:
     """The paper protocol: source splits plus one zero-shot test split per target dataset.
 
     Returns ``{"teacher_train", "w2s_train", "val", "source_test", "target_test:<name>", ...}``.
     ``sizes`` must name the four source splits (see :func:`split_by_prompt`);
     ``target_test_size`` is the size of each target test (int, fraction, or None = all).
-    Target rows whose group (prompt) also appears in the source's training / validation
-    splits are left out, so a target test never contains a prompt the student trained on.
+    Target rows that also occur in the source's training / validation splits are left out, so a
+    target test never contains a prompt (or, without prompt grouping, a pair) the student
+    trained on: with a ``group_key`` a row is dropped when its group (prompt) is in those
+    splits; in every case a row whose (prompt, chosen, rejected) texts equal a source training /
+    validation pair's is dropped. ``dropped`` (optional) receives ``{target name: number of
+    rows left out}``. ``clip_targets``: when a target has fewer rows than ``target_test_size``
+    after the drop, take them all (logging a warning) instead of raising.
     """
     missing = [s for s in PROTOCOL_SPLITS if s not in sizes]
     if missing:
         raise ValueError(f"sizes lacks the protocol split(s) {missing}; needs {list(PROTOCOL_SPLITS)}")
     out = dict(split_by_prompt(source_df, sizes, seed, group_key))
     seen: set[Any] = set()
+    seen_pairs: set[tuple[str, str, str]] = set()
     for s in ("teacher_train", "w2s_train", "val"):
         if group_key is not None:
             seen.update(_group_keys(out[s], group_key))
+        seen_pairs.update(_pair_texts(out[s]))
     for name, tdf in target_dfs.items():
+        keep = np.ones(len(tdf), dtype=bool)
         if group_key is not None and seen and len(tdf):
-            tkeys = _group_keys(tdf, group_key)
-            mask = [k not in seen for k in tkeys]
-            if not all(mask):
-                logger.info("target %s: %d pairs share a prompt with source training splits; left out",
-                            name, len(mask) - sum(mask))
-            tdf = tdf[mask].reset_index(drop=True)
+            keep &= np.array([k not in seen for k in _group_keys(tdf, group_key)], dtype=bool)
+        if len(tdf):
+            keep &= np.array([t not in seen_pairs for t in _pair_texts(tdf)], dtype=bool)
+        n_drop = int((~keep).sum())
+        if dropped is not None:
+            dropped[name] = n_drop
+        if n_drop:
+            logger.warning("target %s: %d of %d pairs share a prompt or pair with the source's "
+                           "training / validation splits; left out", name, n_drop, len(tdf))
+        tdf = tdf[keep].reset_index(drop=True)
         if target_test_size is None:
-            out[f"target_test:{name}"] = tdf.reset_index(drop=True)
+            out[f"target_test:{name}"] = tdf
             continue
+        size = target_test_size
+        if clip_targets and isinstance(size, int) and size > len(tdf):
+            logger.warning("target %s has only %d usable pairs (asked %d): using all of them",
+                           name, len(tdf), size)
+            size = len(tdf)
+        if len(tdf) == 0:
+            raise DataError(f"target {name!r}: no pairs left after removing the {n_drop} that "
+                            "occur in the source's training / validation splits (is the target "
+                            "the source?)")
         try:
             out[f"target_test:{name}"] = split_by_prompt(
-                tdf, {"target_test": target_test_size}, seed, group_key)["target_test"]
+                tdf, {"target_test": size}, seed, group_key)["target_test"]
         except DataError as err:
             raise DataError(f"target {name!r}: {err}") from None
     return out

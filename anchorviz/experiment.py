@@ -16,6 +16,7 @@ ceilings and reference captures are shared by all the students that need them.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
@@ -62,6 +63,9 @@ class DataConfig:
     target_test: int = 500
     max_length: int = 64
     split_seed: int = 0
+    # True: run seed k uses split seed split_seed + k, so seeds vary the data split (which pairs
+    # land in which split, where the artefact goes) as well as the training order
+    split_per_seed: bool = False
     group_key: str = "auto"  # "auto" (prompt unless all prompts are equal), "prompt" or "none"
     artifact_kind: str = "none"  # "none" | "marker" | "length"
     artifact_strength: float = 0.0
@@ -85,6 +89,10 @@ class MethodConfig:
     name: str = "naive"  # naive | confidence | anchor | seam
     anchor_lambda: float = 0.0
     anchor_layers: str = "last"  # "last" | "middle" | "all" | "3,5"
+    # "pair": L_anchor(i) per preference pair (mean over its response tokens), then the batch
+    # mean, as in the paper's L(i) = L_w2s(i) + lambda L_anchor(i); "token": one mean over every
+    # response token of the batch (long responses weigh more)
+    anchor_normalise: str = "pair"
     reference: str = "auto"  # auto | copy | adapter_off | cached
     aux_coef: float = 0.75
     aux_warmup_frac: float = 0.2
@@ -139,6 +147,8 @@ class RunConfig:
                                                       or re.fullmatch(r" *\d+ *(, *\d+ *)*", m.anchor_layers))):
             raise ConfigError("method.anchor_layers must be 'last', 'middle', 'all' or comma-separated "
                               f"layer indices >= 0 such as '3,5', got {m.anchor_layers!r}")
+        if m.anchor_normalise not in ("pair", "token"):
+            raise ConfigError(f"method.anchor_normalise must be pair|token, got {m.anchor_normalise!r}")
         if m.reference not in ("auto", "copy", "adapter_off", "cached"):
             raise ConfigError(f"method.reference must be auto|copy|adapter_off|cached, got {m.reference!r}")
         if d.artifact_kind not in ("none", "marker", "length"):
@@ -148,6 +158,10 @@ class RunConfig:
         if d.artifact_target_mode not in ("absent", "neutral", "reversed"):
             raise ConfigError("data.artifact_target_mode must be absent|neutral|reversed, got "
                               f"{d.artifact_target_mode!r}")
+        if not (isinstance(d.split_seed, int) and d.split_seed >= 0):
+            raise ConfigError(f"data.split_seed must be an integer >= 0, got {d.split_seed!r}")
+        if not (isinstance(self.seed, int) and self.seed >= 0):
+            raise ConfigError(f"seed must be an integer >= 0, got {self.seed!r}")
         if d.group_key not in ("auto", "prompt", "none"):
             raise ConfigError(f"data.group_key must be auto|prompt|none, got {d.group_key!r}")
         for k in ("teacher_train", "w2s_train", "val", "source_test", "target_test"):
@@ -270,38 +284,77 @@ def target_name(dataset: str) -> str:
     return dataset.split("vader-", 1)[-1] if dataset.startswith("vader-") else dataset.replace("/", "_")
 
 
+def data_config(cfg: RunConfig) -> DataConfig:
+    """The data settings one run actually uses: with ``data.split_per_seed`` the split seed is
+    ``split_seed + seed``, so each training seed also draws its own split."""
+    d = cfg.data
+    if d.split_per_seed and cfg.seed:
+        return dataclasses.replace(d, split_seed=d.split_seed + cfg.seed)
+    return d
+
+
+# Bumped when the same DataConfig would give other splits (2: targets drawn by
+# data.protocol_splits, which leaves out pairs that overlap the source's training splits)
+SPLIT_PROTOCOL = 2
+
+
+def data_key(d: DataConfig) -> dict:
+    """The data part of every run key."""
+    return {**asdict(d), "split_protocol": SPLIT_PROTOCOL}
+
+
 def prepare_data(cfg: DataConfig) -> dict[str, pd.DataFrame]:
     """Source splits (``teacher_train``, ``w2s_train``, ``val``, ``source_test``) and one
-    ``target_test:<name>`` per target, with the artefact applied when configured. Cached per
-    process by config."""
-    from anchorviz.data import load_pairs, split_by_prompt
-
+    ``target_test:<name>`` per target (``data.protocol_splits``: a target pair that shares its
+    prompt, or its texts, with the source's training / validation splits is left out; the
+    count is in each target frame's ``attrs["protocol_dropped"]``), with the artefact applied
+    when configured. Pass ``data_config(run_config)``, not ``run_config.data``, when the run's
+    seed should pick the split. Cached per process by config; every call returns fresh copies."""
     key = json.dumps(asdict(cfg), sort_keys=True)
-    if key in _DATA_CACHE:
-        return _DATA_CACHE[key]
+    if key not in _DATA_CACHE:
+        _DATA_CACHE[key] = _build_data(cfg)
+    out = {}
+    for name, df in _DATA_CACHE[key].items():
+        out[name] = df.copy()
+        out[name].attrs = dict(df.attrs)
+    return out
+
+
+def _build_data(cfg: DataConfig) -> dict[str, pd.DataFrame]:
+    from anchorviz.data import load_pairs, protocol_splits
+
     src, report = load_pairs(cfg.source)
     logger.info("source %s: %s", cfg.source, report)
-    sizes = {"teacher_train": cfg.teacher_train, "w2s_train": cfg.w2s_train, "val": cfg.val,
-             "source_test": cfg.source_test}
-    splits = split_by_prompt(src, sizes, seed=cfg.split_seed, group_key=_group_key(src, cfg.group_key))
+    targets = {}
     for t in cfg.targets:
         df, rep = load_pairs(t)
         logger.info("target %s: %s", t, rep)
-        n = min(cfg.target_test, len(df))
-        if n < cfg.target_test:
-            logger.warning("target %s has only %d pairs (asked %d)", t, n, cfg.target_test)
-        splits[f"target_test:{target_name(t)}"] = (
-            df.sample(n=n, random_state=cfg.split_seed).reset_index(drop=True))
+        targets[target_name(t)] = df
+    sizes = {"teacher_train": cfg.teacher_train, "w2s_train": cfg.w2s_train, "val": cfg.val,
+             "source_test": cfg.source_test}
+    dropped: dict[str, int] = {}
+    splits = protocol_splits(src, targets, sizes, cfg.target_test, seed=cfg.split_seed,
+                             group_key=_group_key(src, cfg.group_key), dropped=dropped,
+                             clip_targets=True)
+    for name, n in dropped.items():
+        splits[f"target_test:{name}"].attrs["protocol_dropped"] = n
     if cfg.artifact_kind != "none" and cfg.artifact_strength > 0:
         from anchorviz.artifacts import apply_artifact
 
         for i, (name, df) in enumerate(sorted(splits.items())):
             role = "target" if name.startswith("target_test:") else "source"
+            attrs = dict(df.attrs)
             splits[name] = apply_artifact(df, kind=cfg.artifact_kind, strength=cfg.artifact_strength,
                                           seed=cfg.split_seed * 1000 + i, role=role,
                                           target_mode=cfg.artifact_target_mode)
-    _DATA_CACHE[key] = splits
+            splits[name].attrs.update(attrs)
     return splits
+
+
+def protocol_report(data: dict[str, pd.DataFrame]) -> dict[str, int]:
+    """``{target split: pairs left out because they overlap the source's training splits}``."""
+    return {k: int(v.attrs.get("protocol_dropped", 0)) for k, v in data.items()
+            if k.startswith("target_test:")}
 
 
 def eval_splits(data: dict[str, pd.DataFrame]) -> list[str]:
@@ -345,14 +398,14 @@ def _encode(tok, df: pd.DataFrame, cfg: RunConfig):
 
 
 def teacher_key(cfg: RunConfig) -> dict:
-    return {"kind": "teacher", "data": asdict(cfg.data), "model": cfg.models.teacher,
+    return {"kind": "teacher", "data": data_key(data_config(cfg)), "model": cfg.models.teacher,
             "pooling": cfg.models.pooling, "dropout": cfg.models.teacher_dropout,
             "dtype": cfg.models.dtype, "train": asdict(cfg.teacher_train), "seed": cfg.seed}
 
 
 def student_key(cfg: RunConfig, kind: str) -> dict:
     m = cfg.models
-    key = {"kind": kind, "data": asdict(cfg.data), "model": m.student, "pooling": m.pooling,
+    key = {"kind": kind, "data": data_key(data_config(cfg)), "model": m.student, "pooling": m.pooling,
            "dropout": m.student_dropout, "lora": m.student_lora, "dtype": m.dtype,
            "train": asdict(cfg.student_train), "seed": cfg.seed,
            "capture": asdict(cfg.capture)}
@@ -360,16 +413,18 @@ def student_key(cfg: RunConfig, kind: str) -> dict:
         key["teacher"] = teacher_key(cfg)
         meth = asdict(cfg.method)
         if cfg.method.name != "anchor":
-            meth.update(anchor_lambda=0.0, anchor_layers="", reference="")
+            meth.update(anchor_lambda=0.0, anchor_layers="", reference="", anchor_normalise="")
         if cfg.method.name != "confidence":
             meth.update(aux_coef=0.0, aux_warmup_frac=0.0)
+        else:  # the side-symmetric hardening (h = 1[r_a > r_b]) replaced the batch quantile
+            meth["confidence_hardening"] = "margin"
         key["method"] = meth
     return key
 
 
 def reference_key(cfg: RunConfig) -> dict:
     m = cfg.models
-    return {"kind": "reference", "data": asdict(cfg.data), "model": m.student, "pooling": m.pooling,
+    return {"kind": "reference", "data": data_key(data_config(cfg)), "model": m.student, "pooling": m.pooling,
             "dtype": m.dtype, "capture_layers": cfg.capture.layers}
 
 
@@ -437,12 +492,13 @@ def _correct(scores: pd.DataFrame, splits: list[str] | None) -> np.ndarray:
 
 
 def _transfer_block(student: pd.DataFrame, teacher: pd.DataFrame, ceiling: pd.DataFrame | None,
-                    n_boot: int, seed: int) -> dict:
+                    n_boot: int, seed: int, only_ood: bool = False) -> dict:
     from anchorviz.metrics import paired_bootstrap_transfer
 
     targets = sorted(s for s in student["split"].unique() if s != "source_test")
     out = {}
-    for name, tsplits in [("ood", targets)] + [(t, [t]) for t in targets]:
+    per_target = [] if only_ood else [(t, [t]) for t in targets]
+    for name, tsplits in [("ood", targets)] + per_target:
         res = paired_bootstrap_transfer(
             _correct(teacher, ["source_test"]), _correct(student, ["source_test"]),
             _correct(teacher, tsplits), _correct(student, tsplits),
@@ -567,6 +623,32 @@ class RunResult:
     computed: bool  # False when it was already finished in the store
 
 
+@contextlib.contextmanager
+def _run_log(path: Path):
+    """Copy the package's log records (INFO and up) into the run folder while a run computes."""
+    handler = logging.FileHandler(path, encoding="utf-8")
+    handler.setLevel(logging.INFO)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    pkg = logging.getLogger("anchorviz")
+    old_level = pkg.level
+    if pkg.getEffectiveLevel() > logging.INFO:
+        pkg.setLevel(logging.INFO)
+    extra = []
+    if not logging.getLogger().handlers and not pkg.handlers:
+        # nobody configured logging: keep warnings on stderr as Python's last resort would
+        extra.append(logging.StreamHandler())
+        extra[0].setLevel(logging.WARNING)
+    for h in (handler, *extra):
+        pkg.addHandler(h)
+    try:
+        yield
+    finally:
+        for h in (handler, *extra):
+            pkg.removeHandler(h)
+        pkg.setLevel(old_level)
+        handler.close()
+
+
 def _run_guarded(store, run_id: str, key: dict, body) -> RunResult:
     """Run ``body(tmp_dir) -> (kind, metrics)`` unless finished; commit atomically or mark failed."""
     from anchorviz.store import config_hash
@@ -581,7 +663,8 @@ def _run_guarded(store, run_id: str, key: dict, body) -> RunResult:
             from anchorviz.store import write_yaml
 
             write_yaml(tmp / "config.yaml", json.loads(json.dumps(key, default=str)))
-            metrics = body(tmp)
+            with _run_log(tmp / "run.log"):
+                metrics = body(tmp)
             from anchorviz.store import write_json
 
             write_json(tmp / "metrics.json", metrics)
@@ -621,6 +704,7 @@ def ensure_teacher(store, cfg: RunConfig, data) -> RunResult:
                           "final_loss": float(res.history["total"].iloc[-1]),
                           "val": res.evals.to_dict("records")},
                 "labels_raw": _label_stats(1 / (1 + np.exp(-margin))),
+                "protocol_dropped": protocol_report(data),
                 "acc_val": acc_val,
                 "seconds": time.perf_counter() - t0}
 
@@ -664,7 +748,7 @@ def _seam_labels(store, cfg: RunConfig, data, teacher: RunResult, q: np.ndarray,
     score = reward_score_fn(tmodel, ttok, max_length=cfg.data.max_length,
                             batch_size=cfg.capture.batch_size, device=dev)
     cache = store.shared_dir("seam") / (
-        f"trees-{config_hash({'data': asdict(cfg.data), 'generator': cfg.models.student})}.json")
+        f"trees-{config_hash({'data': data_key(data_config(cfg)), 'generator': cfg.models.student})}.json")
     res = refine_labels(data["w2s_train"], q, score, cfg.models.student,
                         temperature=cfg.method.label_temperature, seed=cfg.seed,
                         device=cfg.student_train.device,
@@ -713,7 +797,8 @@ def run_student(store, cfg: RunConfig, data, kind: str = "student",
                                   aux_coef=cfg.method.aux_coef,
                                   aux_warmup_frac=cfg.method.aux_warmup_frac,
                                   anchor_lambda=cfg.method.anchor_lambda if layers else 0.0,
-                                  anchor_layers=layers)
+                                  anchor_layers=layers,
+                                  anchor_normalise=cfg.method.anchor_normalise)
             info["labels"] = _label_stats(q)
             pd.DataFrame({"pair_id": train.pair_ids, "q": q}).to_parquet(tmp / "labels.parquet")
         reference = None
@@ -751,19 +836,20 @@ def run_student(store, cfg: RunConfig, data, kind: str = "student",
                 save_captured(tmp / "hidden" / "student" / f"{_fname(s)}.safetensors", c)
         _save_weights(model, tmp, full=cfg.models.student_lora is not None)
         teacher_scores = pd.read_parquet(teacher.run_dir / "scores.parquet")
-        ceiling_scores = (pd.read_parquet(ceiling.run_dir / "scores.parquet")
-                          if ceiling is not None and kind == "student" else None)
         info.update({
             "method": method,
             "accuracy": _accuracy_block(scores, cfg.capture.n_boot, cfg.seed),
-            "transfer": _transfer_block(scores, teacher_scores, ceiling_scores,
+            # PGR needs the ceiling, which trains in parallel: the results table computes it
+            # from the stored scores of the three runs (`pgr_from_runs`)
+            "transfer": _transfer_block(scores, teacher_scores, None,
                                         cfg.capture.n_boot, cfg.seed),
             "train": {"steps": res.steps, "seconds": res.seconds,
                       "final_loss": float(res.history["total"].iloc[-1]),
                       "first_loss": float(res.history["total"].iloc[0]),
                       "val": res.evals.to_dict("records")},
             "teacher_run": teacher.run_id,
-            "ceiling_run": ceiling.run_id if ceiling is not None else None,
+            "ceiling_run": (run_id_for(student_key(cfg, "ceiling"))
+                            if cfg.ceiling and kind == "student" else None),
             "seconds": time.perf_counter() - t0,
         })
         return info
@@ -771,22 +857,25 @@ def run_student(store, cfg: RunConfig, data, kind: str = "student",
     return _run_guarded(store, run_id, key, body)
 
 
-def run(cfg: RunConfig, out_dir: str | Path = "runs/default") -> list[RunResult]:
+def run(cfg: RunConfig, out_dir: str | Path = "runs/default", jobs: int | None = None,
+        threads: int = 1, progress: bool = True) -> list[RunResult]:
     """The whole pipeline for one config: teacher, (ceiling), the student. Returns their results
-    (already-finished parts are read, not recomputed) and refreshes the results table."""
+    (already-finished parts are read, not recomputed) and refreshes the results table.
+    ``jobs``: local worker processes (see `anchorviz.runner.run_graph`; the ceiling and the
+    student train in parallel with 2); ``threads``: torch threads per worker."""
+    from anchorviz.runner import build_graph, run_graph
     from anchorviz.store import RunStore
 
     cfg.validate()
     store = RunStore(out_dir)
     store.clean_temporaries()
-    data = prepare_data(cfg.data)
-    teacher = ensure_teacher(store, cfg, data)
+    data = prepare_data(data_config(cfg))
+    run_graph(build_graph([cfg]), out_dir, jobs=jobs, threads=threads, progress=progress)
+    teacher = ensure_teacher(store, cfg, data)  # all finished now: these read the store
     out = [teacher]
-    ceiling = None
     if cfg.ceiling:
-        ceiling = run_student(store, cfg, data, kind="ceiling", teacher=teacher)
-        out.append(ceiling)
-    out.append(run_student(store, cfg, data, teacher=teacher, ceiling=ceiling))
+        out.append(run_student(store, cfg, data, kind="ceiling", teacher=teacher))
+    out.append(run_student(store, cfg, data, teacher=teacher))
     results_table(out_dir)
     return out
 
@@ -861,10 +950,14 @@ def expand_sweep(sw: SweepConfig) -> list[RunConfig]:
     return out
 
 
-def sweep(sw: SweepConfig, out_dir: str | Path) -> pd.DataFrame:
-    """Run every config of a sweep (sharing teachers, ceilings, reference captures); resumes."""
-    from tqdm.auto import tqdm
+def sweep(sw: SweepConfig, out_dir: str | Path, jobs: int | None = None, threads: int = 1,
+          progress: bool = True) -> pd.DataFrame:
+    """Run every config of a sweep (sharing teachers, ceilings, reference captures); resumes.
 
+    The grid becomes a run graph (`anchorviz.runner`) executed by ``jobs`` local worker
+    processes (None: ``$ANCHORVIZ_JOBS`` or the number of cores), each running torch on
+    ``threads`` threads; the run ids and metrics do not depend on ``jobs``."""
+    from anchorviz.runner import build_graph, run_graph
     from anchorviz.store import RunStore, write_yaml
 
     store = RunStore(out_dir)
@@ -872,11 +965,10 @@ def sweep(sw: SweepConfig, out_dir: str | Path) -> pd.DataFrame:
     write_yaml(Path(out_dir) / "sweep.yaml", {
         "base": sw.base.to_dict(), "grid": {k: v for k, v in asdict(sw).items() if k != "base"}})
     configs = expand_sweep(sw)
-    for cfg in tqdm(configs, desc="sweep"):
-        data = prepare_data(cfg.data)
-        teacher = ensure_teacher(store, cfg, data)
-        ceiling = run_student(store, cfg, data, kind="ceiling", teacher=teacher) if cfg.ceiling else None
-        run_student(store, cfg, data, teacher=teacher, ceiling=ceiling)
+    for d in {json.dumps(asdict(data_config(c)), sort_keys=True): data_config(c)
+              for c in configs}.values():
+        prepare_data(d)  # load / build every dataset once here, before the workers start
+    run_graph(build_graph(configs), out_dir, jobs=jobs, threads=threads, progress=progress)
     return results_table(out_dir)
 
 
@@ -915,8 +1007,12 @@ def artifact_accuracy(run_dir: str | Path) -> dict[str, tuple[float, int]]:
     from anchorviz.store import read_yaml
 
     run_dir = Path(run_dir)
-    data = read_yaml(run_dir / "config.yaml")["data"]
+    data = dict(read_yaml(run_dir / "config.yaml")["data"])
     if data.get("artifact_kind", "none") == "none" or not data.get("artifact_strength"):
+        return {}
+    if data.pop("split_protocol", None) != SPLIT_PROTOCOL:
+        logger.warning("%s was made with an older split protocol: its marked / clean split "
+                       "cannot be rebuilt", run_dir)
         return {}
     src = prepare_data(DataConfig(**data))["source_test"]
     side = {pid: (m or {}).get("artifact_side") for pid, m in zip(src["pair_id"], src["meta"])}
@@ -925,6 +1021,23 @@ def artifact_accuracy(run_dir: str | Path) -> dict[str, tuple[float, int]]:
     correct = per_pair_correct(scores["r_chosen"].to_numpy(), scores["r_rejected"].to_numpy())
     groups = ["marked" if side.get(p) else "clean" for p in scores["pair_id"]]
     return accuracy_by_group(correct, groups)
+
+
+def pgr_from_runs(student_dir: Path, ceiling_dir: Path, teacher_dir: Path, n_boot: int = 1000,
+                  seed: int = 0) -> dict | None:
+    """PGR on the ID split (``{"point", "lo", "hi"}``, paired bootstrap) from the stored scores of
+    a student, its gold ceiling and its teacher; None when the ceiling has not finished or PGR
+    is undefined (ceiling and teacher equally accurate)."""
+    paths = [Path(d) / "scores.parquet" for d in (teacher_dir, student_dir, ceiling_dir)]
+    try:
+        finished = json.loads((Path(ceiling_dir) / "MANIFEST.json").read_text()).get("status")
+    except (OSError, ValueError, AttributeError):
+        finished = None
+    if finished != "finished" or not all(p.is_file() for p in paths):
+        return None
+    teacher, student, ceiling = (pd.read_parquet(p) for p in paths)
+    block = _transfer_block(student, teacher, ceiling, n_boot, seed, only_ood=True)["ood"]
+    return block.get("pgr")
 
 
 def _result_row(run_id: str, key: dict, m: dict, run_dir: Path) -> dict:
@@ -943,7 +1056,12 @@ def _result_row(run_id: str, key: dict, m: dict, run_dir: Path) -> dict:
     for name, block in acc.items():
         col = {"source_test": "acc_id", "ood": "acc_ood"}.get(name, "acc_" + name.split(":", 1)[-1])
         row[col], row[col + "_lo"], row[col + "_hi"] = block["point"], block["lo"], block["hi"]
-    tr = m.get("transfer", {}).get("ood", {})
+    tr = dict(m.get("transfer", {}).get("ood", {}))
+    if tr.get("pgr") is None and m.get("ceiling_run"):
+        tr["pgr"] = pgr_from_runs(run_dir, run_dir.parent / m["ceiling_run"],
+                                  run_dir.parent / m["teacher_run"],
+                                  n_boot=int(key.get("capture", {}).get("n_boot", 1000)),
+                                  seed=int(key["seed"]))
     for k in ("wrg", "aog", "nts", "pgr"):
         b = tr.get(k)
         row[k], row[k + "_lo"], row[k + "_hi"] = ((b["point"], b["lo"], b["hi"]) if b else
@@ -960,6 +1078,14 @@ def _result_row(run_id: str, key: dict, m: dict, run_dir: Path) -> dict:
         row["drift_cos_target"] = float(tgt["cosine_mean"].mean())
         row["drift_cka_source"] = float(src["cka"].mean())
         row["drift_cka_target"] = float(tgt["cka"].mean())
+        # reference-centred cosine (not dominated by a few huge dimensions) and debiased CKA
+        # (biased CKA is inflated when rows are few next to the width); older runs lack them
+        for col, name in (("cosine_centred_mean", "drift_cos_centred"),
+                          ("cosine_standardised_mean", "drift_cos_std"),
+                          ("cka_debiased", "drift_cka_debiased")):
+            if col in dt:
+                row[f"{name}_source"] = float(src[col].mean())
+                row[f"{name}_target"] = float(tgt[col].mean())
     lab = m.get("labels") or m.get("labels_raw") or {}
     row["q_mean"] = lab.get("q_mean", np.nan)
     row["q_confidence"] = lab.get("q_confidence", np.nan)

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 os.environ.setdefault("TQDM_DISABLE", "1")
+os.environ.setdefault("ANCHORVIZ_JOBS", "1")  # sweeps run in-process unless a test asks for workers
 torch.set_num_threads(max(1, min(2, torch.get_num_threads())))
 
 WORDS = (

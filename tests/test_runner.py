@@ -1,0 +1,112 @@
+"""The run graph of a sweep and its local workers: order, sharing, failures, and results that do
+not depend on the number of workers."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+from graph_nodes import fail_teacher_of_seed_1, record
+from tiny_project import tiny_config
+
+from anchorviz.experiment import SweepConfig, expand_sweep, sweep
+from anchorviz.runner import build_graph, default_jobs, run_graph
+
+
+def _sweep(tmp_path, seeds=(0, 1)) -> SweepConfig:
+    return SweepConfig(base=tiny_config(tmp_path), methods=["naive", "anchor"],
+                       anchor_lambdas=[0.5, 2.0], anchor_layers=["last"], seeds=list(seeds))
+
+
+def test_graph_shares_teachers_and_references_and_orders_dependencies(tmp_path):
+    sw = _sweep(tmp_path)
+    nodes = build_graph(expand_sweep(sw))
+    kinds = [n.kind for n in nodes]
+    # per seed: one teacher, one ceiling, three students; one reference capture for both seeds
+    # (same split), two once each seed draws its own split
+    assert kinds.count("teacher") == 2 and kinds.count("reference") == 1
+    assert kinds.count("ceiling") == 2 and kinds.count("student") == 6
+    sw.base.data.split_per_seed = True
+    assert [n.kind for n in build_graph(expand_sweep(sw))].count("reference") == 2
+    ids = [n.id for n in nodes]
+    assert len(set(ids)) == len(ids)
+    by_id = {n.id: n for n in nodes}
+    for i, n in enumerate(nodes):
+        assert all(ids.index(d) < i for d in n.deps), n
+        # students wait for their own seed's teacher and the reference, not for the ceiling (the
+        # results table computes PGR from stored scores), so they train beside the ceiling
+        if n.kind in ("student", "ceiling"):
+            assert sorted(by_id[d].kind for d in n.deps) == ["reference", "teacher"]
+            assert all(by_id[d].config["seed"] == n.config["seed"] for d in n.deps
+                       if by_id[d].kind == "teacher")
+
+
+def test_two_workers_run_independent_nodes_at_once_and_respect_dependencies(tmp_path):
+    nodes = build_graph(expand_sweep(_sweep(tmp_path)))
+    run_graph(nodes, tmp_path, jobs=2, progress=False, execute=record)
+    log = [json.loads(x) for x in (tmp_path / "log.jsonl").read_text().splitlines()]
+    assert len(log) == len(nodes)
+    assert len({r["pid"] for r in log}) == 2  # both workers were used
+    teachers = {r["seed"]: r for r in log if r["kind"] == "teacher"}
+    for r in log:
+        if r["kind"] in ("student", "ceiling"):
+            assert r["start"] >= teachers[r["seed"]]["end"] - 1e-3
+    overlaps = sum(1 for a in log for b in log
+                   if a is not b and a["start"] < b["end"] and b["start"] < a["end"])
+    assert overlaps > 0
+
+
+def test_a_failing_node_stops_its_dependents_and_raises_after_the_others(tmp_path):
+    nodes = build_graph(expand_sweep(_sweep(tmp_path)))
+    with pytest.raises(ValueError, match="seed 1 broke on purpose"):
+        run_graph(nodes, tmp_path, jobs=2, progress=False, execute=fail_teacher_of_seed_1)
+    log = [json.loads(x) for x in (tmp_path / "log.jsonl").read_text().splitlines()]
+    assert not any(r["seed"] == 1 and r["kind"] in ("student", "ceiling") for r in log)
+
+
+def test_jobs_must_be_positive(tmp_path, monkeypatch):
+    with pytest.raises(ValueError, match="jobs must be >= 1"):
+        run_graph([], tmp_path, jobs=0)
+    monkeypatch.setenv("ANCHORVIZ_JOBS", "zero")
+    with pytest.raises(ValueError, match="ANCHORVIZ_JOBS"):
+        default_jobs()
+    monkeypatch.setenv("ANCHORVIZ_JOBS", "3")
+    assert default_jobs() == 3
+
+
+def test_results_do_not_depend_on_the_number_of_workers(tmp_path):
+    """The real pipeline on two worker processes gives the same run ids and metrics as in one."""
+    sw = _sweep(tmp_path, seeds=(0,))
+    one = sweep(sw, tmp_path / "one", jobs=1, progress=False)
+    two = sweep(sw, tmp_path / "two", jobs=2, progress=False)
+    cols = ["run_id", "acc_id", "acc_ood", "wrg", "aog", "nts", "pgr", "drift_cos_target",
+            "drift_cka_target", "acc_val"]
+    pd.testing.assert_frame_equal(one[cols], two[cols])
+    # every computed run keeps its own log
+    logs = list((tmp_path / "two" / "runs").glob("*/run.log"))
+    assert len(logs) == 1 + 1 + 3
+
+
+def test_pgr_comes_from_the_stored_scores_of_teacher_student_and_ceiling(tmp_path):
+    from anchorviz.experiment import pgr_from_runs
+
+    def scores(folder, correct, finished=True):
+        folder.mkdir()
+        n = len(correct)
+        pd.DataFrame({"split": ["source_test"] * n + ["target_test:t"] * n,
+                      "pair_id": [f"p{i}" for i in range(n)] * 2,
+                      "r_chosen": [1.0 if c else -1.0 for c in correct] * 2,
+                      "r_rejected": [0.0] * (2 * n)}).to_parquet(folder / "scores.parquet")
+        (folder / "MANIFEST.json").write_text(json.dumps({"status": "finished" if finished
+                                                          else "failed"}))
+        return folder
+
+    t = scores(tmp_path / "t", [1, 0, 0, 0, 1, 0, 1, 0, 1, 0])  # 40%
+    s = scores(tmp_path / "s", [1, 1, 0, 0, 1, 0, 1, 1, 1, 0])  # 60%
+    c = scores(tmp_path / "c", [1, 1, 1, 0, 1, 1, 1, 1, 1, 0])  # 80%
+    got = pgr_from_runs(s, c, t, n_boot=200, seed=0)
+    assert got["point"] == pytest.approx((0.6 - 0.4) / (0.8 - 0.4))
+    assert got["lo"] <= got["point"] <= got["hi"]
+    unfinished = scores(tmp_path / "c2", [1] * 10, finished=False)
+    assert pgr_from_runs(s, unfinished, t) is None
