@@ -353,3 +353,50 @@ def strip_artifact(pairs: pd.DataFrame) -> pd.DataFrame:
     ]
     out.attrs = {k: v for k, v in pairs.attrs.items() if k != "artifact"}
     return out
+
+
+def mark_teacher_visibility(pairs: pd.DataFrame, visibility: float, seed: int) -> pd.DataFrame:
+    """Decide, per pair that carries an artefact, whether the weak teacher can read it.
+
+    A fraction ``visibility`` of the artefact-carrying rows (seeded, rounded) gets
+    ``meta["artifact_teacher_visible"] = True``, the others False; rows without an artefact are
+    unchanged. `teacher_view` then removes the artefact from the teacher's copy of the rows it
+    cannot read, as if the cue lay beyond the teacher's context window: the student still sees
+    it everywhere. ``visibility`` 1 is the plain artefact (the teacher reads every cue), 0 a cue
+    only the student reads.
+    """
+    if not (isinstance(visibility, (int, float)) and 0.0 <= visibility <= 1.0):
+        raise ValueError(f"visibility must be in [0, 1], got {visibility!r}")
+    out = pairs.copy()
+    metas = [_copy_meta(m) for m in out["meta"]] if "meta" in out else [{} for _ in range(len(out))]
+    carrying = [i for i, m in enumerate(metas) if m.get("artifact_suffix")]
+    rng = np.random.default_rng(seed)
+    k = int(round(visibility * len(carrying)))
+    visible = set(np.asarray(carrying)[rng.permutation(len(carrying))[:k]].tolist()) if carrying else set()
+    for i in carrying:
+        metas[i]["artifact_teacher_visible"] = i in visible
+    out["meta"] = metas
+    out.attrs = dict(pairs.attrs)
+    return out
+
+
+def teacher_view(pairs: pd.DataFrame) -> pd.DataFrame:
+    """The teacher's copy of the pairs: artefacts marked invisible to it (see
+    `mark_teacher_visibility`) are removed from the text; everything else is unchanged."""
+    if "meta" not in pairs or not any(
+            (m or {}).get("artifact_teacher_visible") is False for m in pairs["meta"]):
+        return pairs
+    out = pairs.copy()
+    chosen, rejected = out["chosen"].astype(str).tolist(), out["rejected"].astype(str).tolist()
+    for i, m in enumerate(out["meta"]):
+        m = m or {}
+        if m.get("artifact_teacher_visible") is not False:
+            continue
+        suffix, side = m.get("artifact_suffix", ""), m.get("artifact_side")
+        seq = chosen if side == "chosen" else rejected
+        if not seq[i].endswith(suffix):
+            raise ValueError(f"row {i}: text does not end with its recorded artefact suffix")
+        seq[i] = seq[i][: len(seq[i]) - len(suffix)]
+    out["chosen"], out["rejected"] = chosen, rejected
+    out.attrs = dict(pairs.attrs)
+    return out

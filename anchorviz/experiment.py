@@ -70,6 +70,10 @@ class DataConfig:
     artifact_kind: str = "none"  # "none" | "marker" | "length"
     artifact_strength: float = 0.0
     artifact_target_mode: str = "absent"  # "absent" | "neutral" | "reversed"
+    # fraction of the source's artefact-carrying pairs on which the weak TEACHER can read the
+    # artefact (elsewhere its copy of the pair lacks it, as if the cue lay beyond its context
+    # window); the student always sees it. 1 = the plain artefact
+    artifact_teacher_visibility: float = 1.0
 
 
 @dataclass
@@ -153,6 +157,13 @@ class RunConfig:
             raise ConfigError(f"method.reference must be auto|copy|adapter_off|cached, got {m.reference!r}")
         if d.artifact_kind not in ("none", "marker", "length"):
             raise ConfigError(f"data.artifact_kind must be none|marker|length, got {d.artifact_kind!r}")
+        if not (isinstance(d.artifact_teacher_visibility, (int, float))
+                and 0 <= d.artifact_teacher_visibility <= 1):
+            raise ConfigError("data.artifact_teacher_visibility must be in [0, 1], got "
+                              f"{d.artifact_teacher_visibility!r}")
+        if d.artifact_teacher_visibility < 1 and d.artifact_kind == "none":
+            raise ConfigError("data.artifact_teacher_visibility < 1 needs an artefact "
+                              "(data.artifact_kind marker or length)")
         if not 0 <= d.artifact_strength <= 1:
             raise ConfigError(f"data.artifact_strength must be in [0, 1], got {d.artifact_strength!r}")
         if d.artifact_target_mode not in ("absent", "neutral", "reversed"):
@@ -293,14 +304,25 @@ def data_config(cfg: RunConfig) -> DataConfig:
     return d
 
 
+# Bumped when the training or evaluation code changes what a run computes from the same config
+# (2: side-symmetric confidence hardening, per-pair ANCHOR mean, PGR from stored scores), so
+# results made by older code are recomputed instead of being read as current
+TRAINING_CODE_VERSION = 2
+
 # Bumped when the same DataConfig would give other splits (2: targets drawn by
 # data.protocol_splits, which leaves out pairs that overlap the source's training splits)
 SPLIT_PROTOCOL = 2
 
 
+# settings added after runs were stored: left out of the key at these values, so that the runs
+# made before they existed keep their ids
+_KEY_DEFAULTS = {"artifact_teacher_visibility": 1.0}
+
+
 def data_key(d: DataConfig) -> dict:
     """The data part of every run key."""
-    return {**asdict(d), "split_protocol": SPLIT_PROTOCOL}
+    key = {k: v for k, v in asdict(d).items() if not (k in _KEY_DEFAULTS and v == _KEY_DEFAULTS[k])}
+    return {**key, "split_protocol": SPLIT_PROTOCOL}
 
 
 def prepare_data(cfg: DataConfig) -> dict[str, pd.DataFrame]:
@@ -348,7 +370,22 @@ def _build_data(cfg: DataConfig) -> dict[str, pd.DataFrame]:
                                           seed=cfg.split_seed * 1000 + i, role=role,
                                           target_mode=cfg.artifact_target_mode)
             splits[name].attrs.update(attrs)
+        if cfg.artifact_teacher_visibility < 1:
+            from anchorviz.artifacts import mark_teacher_visibility
+
+            for i, name in enumerate(sorted(splits)):
+                if not name.startswith("target_test:"):
+                    splits[name] = mark_teacher_visibility(
+                        splits[name], cfg.artifact_teacher_visibility,
+                        seed=cfg.split_seed * 1000 + 500 + i)
     return splits
+
+
+def teacher_data(data: dict[str, pd.DataFrame]) -> dict[str, pd.DataFrame]:
+    """What the weak teacher reads of every split (`artifacts.teacher_view`)."""
+    from anchorviz.artifacts import teacher_view
+
+    return {k: teacher_view(v) for k, v in data.items()}
 
 
 def protocol_report(data: dict[str, pd.DataFrame]) -> dict[str, int]:
@@ -398,14 +435,16 @@ def _encode(tok, df: pd.DataFrame, cfg: RunConfig):
 
 
 def teacher_key(cfg: RunConfig) -> dict:
-    return {"kind": "teacher", "data": data_key(data_config(cfg)), "model": cfg.models.teacher,
+    return {"kind": "teacher", "code": TRAINING_CODE_VERSION, "data": data_key(data_config(cfg)),
+            "model": cfg.models.teacher,
             "pooling": cfg.models.pooling, "dropout": cfg.models.teacher_dropout,
             "dtype": cfg.models.dtype, "train": asdict(cfg.teacher_train), "seed": cfg.seed}
 
 
 def student_key(cfg: RunConfig, kind: str) -> dict:
     m = cfg.models
-    key = {"kind": kind, "data": data_key(data_config(cfg)), "model": m.student, "pooling": m.pooling,
+    key = {"kind": kind, "code": TRAINING_CODE_VERSION, "data": data_key(data_config(cfg)),
+           "model": m.student, "pooling": m.pooling,
            "dropout": m.student_dropout, "lora": m.student_lora, "dtype": m.dtype,
            "train": asdict(cfg.student_train), "seed": cfg.seed,
            "capture": asdict(cfg.capture)}
@@ -464,22 +503,40 @@ def evaluate_model(model, tok, data, cfg: RunConfig, capture: bool):
         else:
             rc, rr = score_pairs(model, enc, batch_size=cfg.capture.batch_size, device=dev)
         rows.append(pd.DataFrame({"split": split, "domain": split_domain(split, data),
-                                  "pair_id": enc.pair_ids, "r_chosen": rc, "r_rejected": rr}))
+                                  "pair_id": enc.pair_ids, "r_chosen": rc, "r_rejected": rr,
+                                  "group": _bootstrap_groups(data[split], enc.pair_ids, split,
+                                                             cfg.data.group_key)}))
     return pd.concat(rows, ignore_index=True), caps
 
 
+def _bootstrap_groups(df: pd.DataFrame, pair_ids: list, split: str, group_key: str) -> list[str]:
+    """The resampling unit of each scored pair: its prompt (prefixed by the split) when the split
+    holds several pairs per prompt, else the pair itself (see `metrics.bootstrap_kind`)."""
+    if group_key != "none" and "prompt" in df and df["prompt"].nunique() > 1:
+        prompt_of = dict(zip(df["pair_id"].astype(str), df["prompt"].astype(str)))
+        return [f"{split}\x00{prompt_of.get(str(p), str(p))}" for p in pair_ids]
+    return [f"{split}\x00pair\x00{p}" for p in pair_ids]
+
+
+def _groups(scores: pd.DataFrame, splits: list[str] | None = None) -> list | None:
+    """Bootstrap groups in `_correct`'s order (None for scores stored before groups were)."""
+    if "group" not in scores:
+        return None
+    g = scores if splits is None else scores[scores["split"].isin(splits)]
+    return g.sort_values(["split", "pair_id"])["group"].tolist()
+
+
 def _accuracy_block(scores: pd.DataFrame, n_boot: int, seed: int) -> dict:
-    from anchorviz.metrics import bootstrap_accuracy_ci, per_pair_correct
+    from anchorviz.metrics import bootstrap_accuracy_ci, bootstrap_kind, per_pair_correct
 
     out = {}
-    for split, g in scores.groupby("split", sort=False):
-        c = per_pair_correct(g["r_chosen"].to_numpy(), g["r_rejected"].to_numpy())
-        iv = bootstrap_accuracy_ci(c, n_boot=n_boot, seed=seed)
-        out[split] = {"point": float(iv[0]), "lo": float(iv[1]), "hi": float(iv[2]), "n": len(c)}
     ood = scores[scores["split"] != "source_test"]
-    c = per_pair_correct(ood["r_chosen"].to_numpy(), ood["r_rejected"].to_numpy())
-    iv = bootstrap_accuracy_ci(c, n_boot=n_boot, seed=seed)
-    out["ood"] = {"point": float(iv[0]), "lo": float(iv[1]), "hi": float(iv[2]), "n": len(c)}
+    for split, g in [*scores.groupby("split", sort=False), ("ood", ood)]:
+        c = per_pair_correct(g["r_chosen"].to_numpy(), g["r_rejected"].to_numpy())
+        groups = g["group"].tolist() if "group" in g else None
+        iv = bootstrap_accuracy_ci(c, n_boot=n_boot, seed=seed, groups=groups)
+        out[split] = {"point": float(iv[0]), "lo": float(iv[1]), "hi": float(iv[2]), "n": len(c),
+                      "bootstrap": bootstrap_kind(groups)}
     return out
 
 
@@ -504,7 +561,8 @@ def _transfer_block(student: pd.DataFrame, teacher: pd.DataFrame, ceiling: pd.Da
             _correct(teacher, tsplits), _correct(student, tsplits),
             ceiling_correct_id=None if ceiling is None else _correct(ceiling, ["source_test"]),
             ceiling_correct_ood=None if ceiling is None else _correct(ceiling, tsplits),
-            n_boot=n_boot, seed=seed)
+            n_boot=n_boot, seed=seed, groups_id=_groups(student, ["source_test"]),
+            groups_ood=_groups(student, tsplits))
         out[name] = {k: (None if v is None else {"point": float(v[0]), "lo": float(v[1]),
                                                  "hi": float(v[2])}) for k, v in res.items()}
     return out
@@ -679,6 +737,9 @@ def ensure_teacher(store, cfg: RunConfig, data) -> RunResult:
     key = teacher_key(cfg)
     run_id = run_id_for(key)
 
+    full_data = data
+    data = teacher_data(data)  # the teacher reads only the artefacts visible to it
+
     def body(tmp: Path) -> dict:
         t0 = time.perf_counter()
         model, tok = _load(cfg, "teacher")
@@ -704,7 +765,7 @@ def ensure_teacher(store, cfg: RunConfig, data) -> RunResult:
                           "final_loss": float(res.history["total"].iloc[-1]),
                           "val": res.evals.to_dict("records")},
                 "labels_raw": _label_stats(1 / (1 + np.exp(-margin))),
-                "protocol_dropped": protocol_report(data),
+                "protocol_dropped": protocol_report(full_data),
                 "acc_val": acc_val,
                 "seconds": time.perf_counter() - t0}
 
@@ -858,26 +919,33 @@ def run_student(store, cfg: RunConfig, data, kind: str = "student",
 
 
 def run(cfg: RunConfig, out_dir: str | Path = "runs/default", jobs: int | None = None,
-        threads: int = 1, progress: bool = True) -> list[RunResult]:
+        threads: int = 1, progress: bool = True, backend: str = "local",
+        address: str | None = None) -> list[RunResult]:
     """The whole pipeline for one config: teacher, (ceiling), the student. Returns their results
     (already-finished parts are read, not recomputed) and refreshes the results table.
     ``jobs``: local worker processes (see `anchorviz.runner.run_graph`; the ceiling and the
-    student train in parallel with 2); ``threads``: torch threads per worker."""
-    from anchorviz.runner import build_graph, run_graph
+    student train in parallel with 2); ``threads``: torch threads per worker; ``backend``:
+    ``"local"`` or ``"ray"`` (each node a Ray task on the cluster at ``address``, or on a local
+    Ray instance; ``out_dir`` must then be on a filesystem every worker sees)."""
+    from anchorviz.runner import build_graph, check_store_path, run_graph
     from anchorviz.store import RunStore
 
     cfg.validate()
+    check_store_path(out_dir)
     store = RunStore(out_dir)
     store.clean_temporaries()
     data = prepare_data(data_config(cfg))
-    run_graph(build_graph([cfg]), out_dir, jobs=jobs, threads=threads, progress=progress)
+    done = run_graph(build_graph([cfg]), out_dir, jobs=jobs, threads=threads, progress=progress,
+                     backend=backend, address=address)
     teacher = ensure_teacher(store, cfg, data)  # all finished now: these read the store
     out = [teacher]
     if cfg.ceiling:
         out.append(run_student(store, cfg, data, kind="ceiling", teacher=teacher))
     out.append(run_student(store, cfg, data, teacher=teacher))
     results_table(out_dir)
-    return out
+    # computed = trained by this call (the graph's report), not by an earlier one
+    return [dataclasses.replace(r, computed=bool(done.get(r.run_id, {}).get("computed", False)))
+            for r in out]
 
 
 # --------------------------------------------------------------------------- sweeps
@@ -951,15 +1019,19 @@ def expand_sweep(sw: SweepConfig) -> list[RunConfig]:
 
 
 def sweep(sw: SweepConfig, out_dir: str | Path, jobs: int | None = None, threads: int = 1,
-          progress: bool = True) -> pd.DataFrame:
+          progress: bool = True, backend: str = "local",
+          address: str | None = None) -> pd.DataFrame:
     """Run every config of a sweep (sharing teachers, ceilings, reference captures); resumes.
 
     The grid becomes a run graph (`anchorviz.runner`) executed by ``jobs`` local worker
     processes (None: ``$ANCHORVIZ_JOBS`` or the number of cores), each running torch on
-    ``threads`` threads; the run ids and metrics do not depend on ``jobs``."""
-    from anchorviz.runner import build_graph, run_graph
+    ``threads`` threads; the run ids and metrics do not depend on ``jobs``. ``backend="ray"``
+    runs each node as a Ray task instead (on the cluster at ``address``, else a running or new
+    local Ray instance); ``out_dir`` must then be on a filesystem every worker sees."""
+    from anchorviz.runner import build_graph, check_store_path, run_graph
     from anchorviz.store import RunStore, write_yaml
 
+    check_store_path(out_dir)
     store = RunStore(out_dir)
     store.clean_temporaries()
     write_yaml(Path(out_dir) / "sweep.yaml", {
@@ -968,7 +1040,8 @@ def sweep(sw: SweepConfig, out_dir: str | Path, jobs: int | None = None, threads
     for d in {json.dumps(asdict(data_config(c)), sort_keys=True): data_config(c)
               for c in configs}.values():
         prepare_data(d)  # load / build every dataset once here, before the workers start
-    run_graph(build_graph(configs), out_dir, jobs=jobs, threads=threads, progress=progress)
+    run_graph(build_graph(configs), out_dir, jobs=jobs, threads=threads, progress=progress,
+              backend=backend, address=address)
     return results_table(out_dir)
 
 
@@ -1016,11 +1089,17 @@ def artifact_accuracy(run_dir: str | Path) -> dict[str, tuple[float, int]]:
         return {}
     src = prepare_data(DataConfig(**data))["source_test"]
     side = {pid: (m or {}).get("artifact_side") for pid, m in zip(src["pair_id"], src["meta"])}
+    seen = {pid: (m or {}).get("artifact_teacher_visible") for pid, m in zip(src["pair_id"], src["meta"])}
     scores = pd.read_parquet(run_dir / "scores.parquet")
     scores = scores[scores["split"] == "source_test"]
     correct = per_pair_correct(scores["r_chosen"].to_numpy(), scores["r_rejected"].to_numpy())
     groups = ["marked" if side.get(p) else "clean" for p in scores["pair_id"]]
-    return accuracy_by_group(correct, groups)
+    out = accuracy_by_group(correct, groups)
+    if any(v is False for v in seen.values()):  # the teacher reads only some of the cues
+        marked = np.array([side.get(p) is not None for p in scores["pair_id"]])
+        vis = ["seen" if seen.get(p) else "hidden" for p in scores["pair_id"][marked]]
+        out.update(accuracy_by_group(correct[marked], vis))
+    return out
 
 
 def pgr_from_runs(student_dir: Path, ceiling_dir: Path, teacher_dir: Path, n_boot: int = 1000,
@@ -1048,7 +1127,9 @@ def _result_row(run_id: str, key: dict, m: dict, run_dir: Path) -> dict:
         "anchor_lambda": float(meth.get("anchor_lambda") or 0.0),
         "anchor_layers": meth.get("anchor_layers") or "",
         "seed": key["seed"], "artifact_kind": data["artifact_kind"],
-        "artifact_strength": float(data["artifact_strength"]), "source": data["source"],
+        "artifact_strength": float(data["artifact_strength"]),
+        "teacher_visibility": float(data.get("artifact_teacher_visibility", 1.0)),
+        "source": data["source"],
         "targets": ",".join(target_name(t) for t in data["targets"]),
         "model": m.get("model"),
     }

@@ -38,6 +38,22 @@ from anchorviz.tokenization import EncodedPairs, pad_side
 logger = logging.getLogger(__name__)
 
 OBJECTIVES = ("bt", "confidence")
+OPTIMIZERS = ("adamw_fused", "adamw_foreach", "adamw")
+
+
+def make_optimizer(groups: list[dict], lr: float, name: str = "adamw_fused") -> torch.optim.AdamW:
+    """AdamW with the named implementation (see `TrainConfig.optimizer`). A fused kernel that
+    this torch build or device lacks is an error naming the setting, not a silent fallback:
+    the choice is part of the run key."""
+    if name not in OPTIMIZERS:
+        raise TrainError(f"optimizer must be one of {OPTIMIZERS}, got {name!r}")
+    kwargs = {"adamw_fused": {"fused": True}, "adamw_foreach": {"foreach": True},
+              "adamw": {"foreach": False}}[name]
+    try:
+        return torch.optim.AdamW(groups, lr=lr, **kwargs)
+    except (RuntimeError, TypeError, ValueError) as err:
+        raise TrainError(f"optimizer {name!r} is not available here ({err}); set "
+                         "student_train.optimizer / teacher_train.optimizer to 'adamw_foreach'") from None
 
 
 class TrainError(ValueError):
@@ -64,6 +80,10 @@ class TrainConfig:
     bf16: bool = False  # autocast to bfloat16 (through Accelerate; CUDA)
     gradient_checkpointing: bool = False
     progress: bool = True
+    # AdamW implementation: "adamw_fused" (one fused kernel per step; CPU and CUDA, torch >= 2.4),
+    # "adamw_foreach" (multi-tensor), "adamw" (the per-parameter loop). Same maths; the float
+    # rounding differs, so it is part of every run key
+    optimizer: str = "adamw_fused"
 
     def validate(self) -> None:
         checks = {
@@ -76,6 +96,7 @@ class TrainConfig:
             "weight_decay": self.weight_decay >= 0,
             "max_grad_norm": self.max_grad_norm > 0,
             "patience": self.patience >= 1,
+            "optimizer": self.optimizer in OPTIMIZERS,
         }
         bad = [k for k, ok in checks.items() if not ok]
         if bad:
@@ -83,7 +104,7 @@ class TrainConfig:
                 "invalid training setting(s): "
                 + ", ".join(f"{k}={getattr(self, k)!r}" for k in bad)
                 + " (lr > 0, epochs > 0, batch_size >= 1, grad_accum >= 1, 0 <= warmup_frac < 1, "
-                "weight_decay >= 0, max_grad_norm > 0, patience >= 1)"
+                f"weight_decay >= 0, max_grad_norm > 0, patience >= 1, optimizer one of {OPTIMIZERS})"
             )
 
 
@@ -233,11 +254,11 @@ def train_reward_model(
     for name, p in model.named_parameters():
         if p.requires_grad and id(p) not in head_ids:
             (no_decay if p.ndim < 2 or "norm" in name.lower() else decay).append(p)
-    optimizer = torch.optim.AdamW(
+    optimizer = make_optimizer(
         [{"params": decay, "weight_decay": config.weight_decay},
          {"params": no_decay, "weight_decay": 0.0},
          {"params": head, "weight_decay": 0.0, "lr": config.head_lr or config.lr}],
-        lr=config.lr,
+        lr=config.lr, name=config.optimizer,
     )
     n = len(train)
     batches_per_epoch = math.ceil(n / config.batch_size)

@@ -212,3 +212,24 @@ def test_on_vader_pairs() -> None:
         ]
         rev = apply_artifact(p, kind, 1.0, seed=1, role="target", target_mode="reversed")
         assert artifact_label_correlation(rev, kind) == -1.0
+
+
+def test_teacher_visibility_hides_the_cue_from_the_teacher_only():
+    from anchorviz.artifacts import apply_artifact, mark_teacher_visibility, teacher_view
+
+    df = pd.DataFrame({"prompt": [""] * 40, "chosen": [f"good {i}" for i in range(40)],
+                       "rejected": [f"bad {i}" for i in range(40)],
+                       "pair_id": [f"p{i}" for i in range(40)], "meta": [{}] * 40})
+    marked = apply_artifact(df, kind="marker", strength=0.5, seed=0, role="source")
+    seen = mark_teacher_visibility(marked, 0.25, seed=1)
+    flags = [m.get("artifact_teacher_visible") for m in seen["meta"]]
+    assert flags.count(True) == 5 and flags.count(False) == 15 and flags.count(None) == 20
+    view = teacher_view(seen)
+    assert list(seen["chosen"]) == list(marked["chosen"])  # the student's copy keeps every cue
+    for f, before, after in zip(flags, seen["chosen"], view["chosen"]):
+        assert after == (before[: -len(" [verified]")] if f is False else before)
+    assert list(view["rejected"]) == list(seen["rejected"])
+    assert teacher_view(mark_teacher_visibility(marked, 1.0, seed=1)).equals(
+        mark_teacher_visibility(marked, 1.0, seed=1))
+    with pytest.raises(ValueError, match="visibility must be in"):
+        mark_teacher_visibility(marked, 1.5, seed=0)

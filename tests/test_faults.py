@@ -147,7 +147,8 @@ def flip_byte(path: Path) -> None:
 # (kill spec, what the worker must be doing when it dies: the run kind it is inside, or "")
 KILL_CHAIN: list[tuple[str | None, str]] = [
     ("hash:1:2", "teacher"),      # mid-commit of the teacher: 2 of 7 files hashed, no manifest
-    ("reference:1", "ceiling"),   # half of the shared reference capture written, no DONE.json
+    ("reference:1", ""),          # half of the shared reference capture (its own graph node,
+                                  # before any student) written, no DONE.json
     ("prerename:1", "ceiling"),   # complete folder + finished manifest, not yet renamed
     ("aftertrain:2", "naive"),    # naive student trained in memory, nothing of it written
     ("random", ""),               # SIGKILL from the parent after a random delay
@@ -230,7 +231,8 @@ def test_sigkill_at_many_points_then_resume_gives_the_uninterrupted_results(
             assert not any(e == "start" and w == r for _, e, w in ev[done_at[0]:]), r
     # the runs the deterministic kills interrupted were redone
     kinds = {r.split("-")[0]: n for r, n in starts.items()}
-    assert kinds["teacher"] >= 2 and kinds["ceiling"] >= 3 and kinds["naive"] >= 2, (kinds, seed)
+    # (the reference kill no longer interrupts a ceiling: the capture is its own graph node)
+    assert kinds["teacher"] >= 2 and kinds["ceiling"] >= 2 and kinds["naive"] >= 2, (kinds, seed)
     print(f"kill chain (seed {seed}): {outcomes}; starts per run: {dict(kinds)}")
 
 
@@ -415,8 +417,8 @@ def test_same_config_and_seed_give_identical_results_twice_on_cpu(
         assert sorted(ma["files"]) == sorted(mb["files"])
         da, db = a.run_dir(run_id), b.run_dir(run_id)
         for rel in ma["files"]:
-            if rel == "metrics.json":  # holds wall-clock timings: compared below without them
-                continue
+            if rel in ("metrics.json", "run.log"):  # wall-clock timings: compared below without
+                continue                                # them (metrics) or not at all (the log)
             if rel.startswith("hidden/"):
                 # safetensors writes its metadata map in a random order: same tensors, same
                 # metadata, the header bytes may differ
@@ -426,7 +428,7 @@ def test_same_config_and_seed_give_identical_results_twice_on_cpu(
         assert (da / "scores.parquet").read_bytes() == (db / "scores.parquet").read_bytes()
         # untrusted-file rule: only JSON, YAML, parquet and safetensors, never a pickle
         suffixes = {p.suffix for p in da.rglob("*") if p.is_file()}
-        assert suffixes <= {".json", ".yaml", ".parquet", ".safetensors"}, suffixes
+        assert suffixes <= {".json", ".yaml", ".parquet", ".safetensors", ".log"}, suffixes
         metrics = [_strip_timings(json.loads((d / "metrics.json").read_text())) for d in (da, db)]
         assert metrics[0] == metrics[1]
         assert metrics[0]["accuracy"]["source_test"]["point"] == metrics[1]["accuracy"][

@@ -247,3 +247,26 @@ def test_bad_settings_and_nan_guard():
         model.head.weight.fill_(float("nan"))
     with pytest.raises(NonFiniteLossError, match="step 0"):
         train_reward_model(model, enc, np.ones(len(enc)), TrainConfig(progress=False))
+
+
+def test_optimizer_implementations_agree_and_bad_names_are_refused():
+    import torch
+
+    from anchorviz.train import TrainConfig, TrainError, make_optimizer
+
+    def steps(name: str) -> torch.Tensor:
+        torch.manual_seed(0)
+        w = torch.nn.Parameter(torch.randn(8, 4))
+        opt = make_optimizer([{"params": [w], "weight_decay": 0.01}], lr=1e-2, name=name)
+        for i in range(5):
+            opt.zero_grad()
+            (w.sin() * (i + 1)).sum().backward()
+            opt.step()
+        return w.detach().clone()
+
+    fused, foreach, loop = steps("adamw_fused"), steps("adamw_foreach"), steps("adamw")
+    assert torch.allclose(fused, loop, atol=1e-6) and torch.allclose(foreach, loop, atol=1e-6)
+    with pytest.raises(TrainError, match="optimizer must be one of"):
+        make_optimizer([{"params": [torch.nn.Parameter(torch.zeros(1))]}], lr=1.0, name="sgd")
+    with pytest.raises(TrainError, match="optimizer"):
+        TrainConfig(optimizer="adam").validate()
