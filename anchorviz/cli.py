@@ -77,7 +77,8 @@ def cmd_demo(args) -> int:
     print(DEMO_NOTE.format(s=args.strength, mode=mode))
     print(f"Teacher {sw.base.models.teacher} (weak), student {sw.base.models.student} (strong); "
           f"runs are written to {args.out}\n")
-    df = sweep(sw, args.out, jobs=args.jobs, threads=args.threads)
+    df = sweep(sw, args.out, jobs=args.jobs, threads=args.threads, backend=args.backend,
+               address=args.address)
     print("\nResults (accuracies and transfer scores in points; OOD = mean over the 3 targets):")
     print(_table(df))
     print(_verdict(df))
@@ -96,7 +97,8 @@ def cmd_run(args) -> int:
     from anchorviz.experiment import load_config, results_table, run
 
     cfg = load_config(args.config)
-    run(cfg, args.out, jobs=args.jobs, threads=args.threads)
+    run(cfg, args.out, jobs=args.jobs, threads=args.threads, backend=args.backend,
+        address=args.address)
     print(_table(results_table(args.out)))
     return EXIT_OK
 
@@ -105,7 +107,8 @@ def cmd_sweep(args) -> int:
     from anchorviz.experiment import load_sweep, sweep
 
     sw = load_sweep(args.config)
-    df = sweep(sw, args.out, jobs=args.jobs, threads=args.threads)
+    df = sweep(sw, args.out, jobs=args.jobs, threads=args.threads, backend=args.backend,
+               address=args.address)
     print(_table(df))
     if args.report:
         print(f"HTML report: {_write_report(args.out)}")
@@ -162,6 +165,14 @@ def _add_jobs(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", type=_positive_int, default=1,
                    help="torch threads per worker (default 1: results do not depend on the "
                         "machine; more threads can flip pairs on the decision boundary)")
+    p.add_argument("--backend", choices=["local", "ray"], default="local",
+                   help="local: worker processes on this machine (default); ray: each run a Ray "
+                        "task (pip install 'anchorviz[ray]'), --out on a filesystem every "
+                        "worker sees")
+    p.add_argument("--address", default=None, metavar="ADDR",
+                   help="Ray cluster to join (the head node, e.g. 10.0.0.1:6379; "
+                        "default: $RAY_ADDRESS, a cluster started on this machine with "
+                        "`ray start`, else a local instance of --jobs CPUs)")
 
 
 def build_parser() -> argparse.ArgumentParser:

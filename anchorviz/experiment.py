@@ -927,11 +927,11 @@ def run(cfg: RunConfig, out_dir: str | Path = "runs/default", jobs: int | None =
     student train in parallel with 2); ``threads``: torch threads per worker; ``backend``:
     ``"local"`` or ``"ray"`` (each node a Ray task on the cluster at ``address``, or on a local
     Ray instance; ``out_dir`` must then be on a filesystem every worker sees)."""
-    from anchorviz.runner import build_graph, check_store_path, run_graph
+    from anchorviz.runner import build_graph, check_backend, run_graph
     from anchorviz.store import RunStore
 
     cfg.validate()
-    check_store_path(out_dir)
+    check_backend(out_dir, backend, address)
     store = RunStore(out_dir)
     store.clean_temporaries()
     data = prepare_data(data_config(cfg))
@@ -1028,10 +1028,10 @@ def sweep(sw: SweepConfig, out_dir: str | Path, jobs: int | None = None, threads
     ``threads`` threads; the run ids and metrics do not depend on ``jobs``. ``backend="ray"``
     runs each node as a Ray task instead (on the cluster at ``address``, else a running or new
     local Ray instance); ``out_dir`` must then be on a filesystem every worker sees."""
-    from anchorviz.runner import build_graph, check_store_path, run_graph
+    from anchorviz.runner import build_graph, check_backend, run_graph
     from anchorviz.store import RunStore, write_yaml
 
-    check_store_path(out_dir)
+    check_backend(out_dir, backend, address)
     store = RunStore(out_dir)
     store.clean_temporaries()
     write_yaml(Path(out_dir) / "sweep.yaml", {

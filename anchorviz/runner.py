@@ -13,6 +13,12 @@ are: ``--jobs 1`` and ``--jobs 2`` give the same run ids and the same metrics.
 
 The run store stays the single source of truth: a node whose run is finished in the store is
 read, not redone, and an interrupted sweep resumes where it stopped.
+
+Two backends run the graph: ``local`` (worker processes on this machine) and ``ray`` (each node
+a Ray task with its CPUs / GPU, the graph's edges as task dependencies, on a local Ray instance
+or an existing cluster; a task whose worker dies is retried by Ray and redoes its half-written
+run). With Ray the store must be a path that every worker sees at the same place (a shared
+filesystem); URIs (``s3://...``) are not supported by the store.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from __future__ import annotations
 import logging
 import multiprocessing
 import os
+import socket
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
@@ -30,6 +37,13 @@ from pathlib import Path
 logger = logging.getLogger(__name__)
 
 KINDS = ("teacher", "reference", "ceiling", "student")
+BACKENDS = ("local", "ray")
+RAY_MAX_RETRIES = 3  # a task whose worker dies (killed, OOM, node lost) runs again this often
+
+
+class BackendUnavailable(ImportError, ValueError):
+    """The chosen backend's package is not installed (a ValueError too: the CLI reports it as a
+    usage error, exit code 2)."""
 
 
 @dataclass(frozen=True)
@@ -136,24 +150,33 @@ class _Progress:
                            disable=not enabled or slots < 2) for i in range(slots)]
         self.slot: dict[str, int] = {}
         self.start: dict[str, float] = {}
+        self.where: dict[str, str] = {}
+        self.kind: dict[str, str] = {}
 
-    def started(self, node: Node) -> None:
-        free = [i for i in range(len(self.lines)) if i not in self.slot.values()]
-        self.slot[node.id] = free[0] if free else 0
+    def started(self, node: Node, where: str | None = None) -> None:
+        """``node`` began (again, when retried) on ``where`` (default: "worker <slot>")."""
+        if node.id not in self.slot:
+            used = set(self.slot.values())
+            free = [i for i in range(len(self.lines)) if i not in used]
+            self.slot[node.id] = free[0] if free else 0
         self.start[node.id] = time.perf_counter()
+        self.where[node.id] = where or f"worker {self.slot[node.id] + 1}"
+        self.kind[node.id] = node.kind
         self.refresh()
 
     def finished(self, node: Node) -> None:
         i = self.slot.pop(node.id, None)
         self.start.pop(node.id, None)
-        if i is not None:
+        self.where.pop(node.id, None)
+        if i is not None and i not in self.slot.values():
             self.lines[i].set_description_str("")
         self.bar.update(1)
 
     def refresh(self) -> None:
         for nid, i in self.slot.items():
             secs = time.perf_counter() - self.start[nid]
-            self.lines[i].set_description_str(f"  worker {i + 1}: {nid}  {secs:5.0f} s")
+            self.lines[i].set_description_str(
+                f"  {self.where[nid]}: {self.kind[nid]} {nid}  {secs:5.0f} s")
 
     def close(self) -> None:
         for line in self.lines:
@@ -163,14 +186,19 @@ class _Progress:
 
 def run_graph(nodes: list[Node], out_dir: str | Path, jobs: int | None = None, threads: int = 1,
               progress: bool = True,
-              execute: Callable[[str, dict, str], dict] = execute_node) -> dict[str, dict]:
-    """Run every node once its dependencies are done, on ``jobs`` local worker processes.
+              execute: Callable[[str, dict, str], dict] = execute_node,
+              backend: str = "local", address: str | None = None) -> dict[str, dict]:
+    """Run every node once its dependencies are done.
 
-    ``jobs`` None: `default_jobs`. ``jobs == 1`` runs in this process (same thread pinning), so
-    notebooks and debuggers see ordinary tracebacks. A failing node stops new nodes from
-    starting; the nodes already running finish (and are kept in the store); then the first
-    error is raised. Returns ``{node id: summary}`` of the nodes that ran.
+    ``backend="local"``: on ``jobs`` local worker processes (None: `default_jobs`; ``jobs == 1``
+    runs in this process, with the same thread pinning, so notebooks and debuggers see ordinary
+    tracebacks). ``backend="ray"``: each node is a Ray task (see `_run_ray`) on the cluster at
+    ``address`` (a running one found by Ray when None, else a local instance of ``jobs`` x
+    ``threads`` CPUs). Each worker runs torch on ``threads`` threads. A failing node stops new
+    nodes from starting; the nodes already running finish (and are kept in the store); then the
+    first error is raised. Returns ``{node id: summary}`` of the nodes that ran.
     """
+    check_backend(out_dir, backend, address)
     jobs = default_jobs() if jobs is None else int(jobs)
     if jobs < 1:
         raise ValueError(f"jobs must be >= 1, got {jobs}")
@@ -181,9 +209,15 @@ def run_graph(nodes: list[Node], out_dir: str | Path, jobs: int | None = None, t
     unknown = {d for n in nodes for d in n.deps if d not in order}
     if unknown:
         raise ValueError(f"nodes depend on unknown nodes {sorted(unknown)}")
+    results: dict[str, dict] = {}
+    if backend == "ray":
+        if any(order[d] >= order[n.id] for n in nodes for d in n.deps):
+            raise ValueError("nodes must come after their dependencies (use build_graph)")
+        _run_ray(nodes, os.path.abspath(out_dir), jobs, threads, progress, results, execute,
+                 address)
+        return results
     jobs = min(jobs, max(1, len(nodes)))
     prog = _Progress(len(nodes), jobs, enabled=progress)
-    results: dict[str, dict] = {}
     try:
         if jobs == 1:
             _run_inline(nodes, out_dir, threads, prog, results, execute)
@@ -192,6 +226,25 @@ def run_graph(nodes: list[Node], out_dir: str | Path, jobs: int | None = None, t
     finally:
         prog.close()
     return results
+
+
+def check_backend(out_dir: str | Path, backend: str = "local",
+                  address: str | None = None) -> None:
+    """Refuse an unknown backend, an address without Ray, Ray when it is not installed, and a
+    store that is a URI (the run store is a local or mounted, shared folder), before anything
+    is written."""
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    if address is not None and backend != "ray":
+        raise ValueError("an address is for the Ray backend: pass backend='ray' (--backend ray)")
+    if backend == "ray":
+        _import_ray()
+    text = str(out_dir)
+    if "://" in text:
+        raise ValueError(
+            f"the run store must be a folder path, not a URI ({text}): the store renames "
+            "folders atomically and locks files, which object stores do not offer; mount the "
+            "bucket / share (NFS, CephFS, Lustre, a FUSE mount) and pass its path")
 
 
 def _run_inline(nodes, out_dir, threads, prog, results, execute) -> None:
@@ -264,3 +317,188 @@ def _run_pool(nodes, out_dir, jobs, threads, prog, results, execute) -> None:
             logger.error("%d node(s) not started because %s %s failed", skipped, errors[0][0].kind,
                          errors[0][0].id)
         raise errors[0][1]
+
+
+# --------------------------------------------------------------------------- Ray
+
+
+def _import_ray():
+    try:
+        import ray
+    except ImportError as err:
+        raise BackendUnavailable(
+            "the Ray backend needs the ray package: pip install 'anchorviz[ray]' "
+            f"(or pip install ray) ({err})") from None
+    return ray
+
+
+def node_resources(node: Node, threads: int) -> dict:
+    """Ray resources of one node: ``threads`` CPUs, and one GPU when a device it trains or
+    scores on is CUDA (the teacher's for a teacher, the student's for a reference capture,
+    either for a student / ceiling, which re-scores with the teacher)."""
+    teacher = str(node.config.get("teacher_train", {}).get("device", "cpu"))
+    student = str(node.config.get("student_train", {}).get("device", "cpu"))
+    devices = {"teacher": [teacher], "reference": [student]}.get(node.kind, [teacher, student])
+    return {"num_cpus": threads, "num_gpus": 1 if any(d.startswith("cuda") for d in devices)
+            else 0}
+
+
+class _Board:
+    """A Ray actor (no CPU) that tasks tell when they start, so the driver can draw one line per
+    running node; it also tells tasks not to start once a node has failed."""
+
+    def __init__(self) -> None:
+        self.running: dict[str, tuple[str, int, int]] = {}
+        self.attempts: dict[str, int] = {}
+        self.stopped = False
+
+    def begin(self, node_id: str, host: str, pid: int) -> bool:
+        """Record a start; True when the task should not run (the sweep is stopping)."""
+        if self.stopped:
+            return True
+        self.attempts[node_id] = self.attempts.get(node_id, 0) + 1
+        self.running[node_id] = (host, pid, self.attempts[node_id])
+        return False
+
+    def end(self, node_id: str) -> None:
+        self.running.pop(node_id, None)
+
+    def stop(self) -> None:
+        self.stopped = True
+
+    def snapshot(self) -> dict[str, tuple[str, int, int]]:
+        return dict(self.running)
+
+
+def _ray_node(execute, node_id: str, kind: str, config: dict, out_dir: str, threads: int,
+              cwd: str, board, *upstream: dict) -> dict:
+    """The body of one Ray task. ``upstream``: the results of the node's dependencies (passed as
+    ObjectRefs, so Ray starts this task only once they are done)."""
+    import ray
+
+    if any(u.get("skipped") for u in upstream):
+        return {"kind": kind, "computed": False, "skipped": True, "seconds": 0.0}
+    if ray.get(board.begin.remote(node_id, socket.gethostname(), os.getpid())):
+        return {"kind": kind, "computed": False, "skipped": True, "seconds": 0.0}
+    if cwd and os.path.isdir(cwd):  # relative paths in configs mean what they mean to the driver
+        os.chdir(cwd)
+    _init_worker(threads)
+    try:
+        return execute(kind, config, out_dir)
+    finally:
+        board.end.remote(node_id)
+
+
+def _ray_connect(ray, address: str | None, cpus: int) -> bool:
+    """Connect to Ray; True when this call started it (and should shut it down)."""
+    if ray.is_initialized():
+        return False
+    if address or os.environ.get("RAY_ADDRESS"):  # the cluster asked for, or an error
+        ray.init(address=address or os.environ["RAY_ADDRESS"])
+        return False
+    try:  # a running instance (`ray start --head` on this machine)
+        ray.init(address="auto")
+        return False
+    except ConnectionError:
+        pass
+    ray.init(num_cpus=cpus, include_dashboard=False)
+    return True
+
+
+def _run_ray(nodes, out_dir, jobs, threads, progress, results, execute, address) -> None:
+    """Submit every node as a Ray task at once, upstream ObjectRefs as arguments.
+
+    Each task asks for ``threads`` CPUs (and a GPU when its config uses CUDA) and runs with
+    OMP_NUM_THREADS / MKL_NUM_THREADS = ``threads`` and TQDM_DISABLE=1 (the driver draws the
+    progress). A task whose worker process dies is retried up to `RAY_MAX_RETRIES` times; the
+    retry finds the run unfinished (the dead writer's temporary folder is never read; its file
+    lock died with it) and redoes it; a run finished in the store is read, not redone. An
+    exception raised by a node is not retried: it stops nodes that have not started yet.
+    """
+    ray = _import_ray()
+    started = _ray_connect(ray, address, jobs * threads)
+    env = {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads), "TQDM_DISABLE": "1"}
+    task = ray.remote(_ray_node)
+    board = ray.remote(num_cpus=0)(_Board).remote()
+    cpus = int(ray.cluster_resources().get("CPU", 0))
+    slots = max(1, min(len(nodes), cpus // threads if cpus >= threads else jobs))
+    if any(node_resources(n, threads)["num_gpus"] for n in nodes) and \
+            not ray.cluster_resources().get("GPU"):
+        logger.warning("some nodes need a GPU but the Ray cluster has none (yet): they wait "
+                       "until one joins")
+    prog = _Progress(len(nodes), slots, enabled=progress)
+    refs: dict[str, object] = {}
+    pending: dict[object, Node] = {}
+    errors: list[tuple[Node, BaseException]] = []
+    failed: set[str] = set()
+    skipped = 0
+    attempts: dict[str, int] = {}
+    cwd = os.getcwd()
+    try:
+        for node in nodes:
+            ref = task.options(**node_resources(node, threads), max_retries=RAY_MAX_RETRIES,
+                               runtime_env={"env_vars": env},
+                               name=f"{node.kind}:{node.id}").remote(
+                execute, node.id, node.kind, node.config, out_dir, threads, cwd, board,
+                *(refs[d] for d in node.deps))
+            refs[node.id] = ref
+            pending[ref] = node
+        by_id = {n.id: n for n in nodes}
+        while pending:
+            ready, _ = ray.wait(list(pending), num_returns=1, timeout=1.0)
+            for nid, (host, pid, attempt) in ray.get(board.snapshot.remote()).items():
+                if attempts.get(nid) != attempt and nid in by_id and refs[nid] in pending:
+                    attempts[nid] = attempt
+                    if attempt > 1:
+                        logger.warning("%s %s: attempt %d (a worker died)", by_id[nid].kind,
+                                       nid, attempt)
+                    prog.started(by_id[nid], f"{host} pid {pid}"
+                                 + (f" (attempt {attempt})" if attempt > 1 else ""))
+            prog.refresh()
+            for ref in ready:
+                node = pending.pop(ref)
+                try:
+                    res = ray.get(ref)
+                except BaseException as err:  # noqa: BLE001 - reported after the others finish
+                    if isinstance(err, KeyboardInterrupt):
+                        raise
+                    failed.add(node.id)
+                    errors.append((node, err))
+                    board.stop.remote()  # nodes that have not started yet will not
+                else:
+                    if res.get("skipped"):
+                        skipped += 1
+                        failed.add(node.id)  # treated as not done for its dependents
+                    else:
+                        results[node.id] = res
+                        _log_done(node, res)
+                prog.finished(node)
+    except KeyboardInterrupt:
+        for ref in pending:
+            ray.cancel(ref)
+        raise
+    finally:
+        prog.close()
+        try:
+            ray.kill(board)
+        except Exception:  # noqa: BLE001 - the cluster may be gone already
+            pass
+        if started:
+            ray.shutdown()
+    if os.path.isdir(os.path.join(out_dir, "runs")):
+        from anchorviz.store import RunStore
+
+        RunStore(out_dir).clean_temporaries()  # folders left by workers that died mid-run
+    # a node whose upstream failed never started: Ray hands it its upstream's error
+    roots = [(n, e) for n, e in errors if not any(d in failed for d in n.deps)]
+    skipped += len(errors) - len(roots)
+    for node, err in roots:
+        logger.error("%s %s failed: %s", node.kind, node.id, err)  # with the remote traceback
+    if roots:
+        if skipped:
+            logger.error("%d node(s) not started because %s %s failed", skipped,
+                         roots[0][0].kind, roots[0][0].id)
+        cause = getattr(roots[0][1], "cause", None)  # the node's own exception, not Ray's wrapper
+        if isinstance(cause, BaseException):
+            raise cause from roots[0][1]
+        raise roots[0][1]

@@ -23,3 +23,31 @@ def fail_teacher_of_seed_1(kind: str, config: dict, out_dir: str) -> dict:
     if kind == "teacher" and config["seed"] == 1:
         raise ValueError("teacher of seed 1 broke on purpose")
     return record(kind, config, out_dir)
+
+
+def kill_first_student_mid_run(kind: str, config: dict, out_dir: str) -> dict:
+    """The real node executor, except that the naive student SIGKILLs its own worker process at
+    its first training step: its run folder is half-written (a temporary folder, the run's file
+    lock held) when the process dies. A marker file in ``out_dir`` (holding the killed pid)
+    makes it happen once, whichever worker runs the retry."""
+    import signal
+
+    import anchorviz.experiment as ex
+    from anchorviz.runner import execute_node
+
+    marker = Path(out_dir) / "killed-once.txt"
+    if kind != "student" or config["method"]["name"] != "naive" or marker.exists():
+        return execute_node(kind, config, out_dir)
+    real = ex.train_reward_model
+
+    def die(*args, **kwargs):
+        marker.write_text(json.dumps({"pid": os.getpid(), "seed": config["seed"],
+                                      "method": config["method"]["name"],
+                                      "lam": config["method"]["anchor_lambda"]}))
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    ex.train_reward_model = die
+    try:
+        return execute_node(kind, config, out_dir)
+    finally:
+        ex.train_reward_model = real
