@@ -12,11 +12,16 @@ Figures:
   error bars (t-interval across seeds, the stored bootstrap CI when there is one seed).
 - :func:`transfer_figure` -- WRG / AOG / NTS against the weak teacher, in points.
 - :func:`drift_by_layer_figure` -- linear CKA(student, reference) or cosine drift per layer,
-  one colour per method, one line style per domain (source / each target).
-- :func:`umap_figure` -- reference and student states of one run in one shared 2-D map, with
-  lines from a sample of reference points to where the student put them.
-- :func:`drift_vs_ood_figure` -- drift against OOD gain across runs, Spearman rho with its
-  bootstrap interval (``anchorviz.drift.drift_ood_relation``).
+  one colour per method, one panel per domain (source / each target).
+- :func:`shortcut_figure` -- ID accuracy on the source-test pairs with and without the planted
+  artefact, next to OOD accuracy: shortcut or skill.
+- :func:`umap_figure` -- reference and student states of one run in one shared 2-D map (UMAP or
+  PCA, named in the figure), with lines from a sample of reference points to where the student
+  put them.
+- :func:`drift_vs_ood_figure` -- drift against OOD gain, one panel per target, one marker per
+  run and seed; Spearman rho with its bootstrap interval
+  (``anchorviz.drift.drift_ood_relation``) and a fitted line only from
+  :data:`MIN_CORRELATION_N` runs on.
 - :func:`lambda_sweep_figure` -- ID, OOD, NTS and drift against the ANCHOR strength lambda.
 - :func:`label_confidence_figure` -- the teacher's soft labels q: uninformative labels show.
 - :func:`export_figure` -- ``.html`` (self-contained, works offline) or static images.
@@ -66,13 +71,17 @@ __all__ = [
     "load_metrics",
     "load_results",
     "load_run_table",
+    "MIN_CORRELATION_N",
     "method_label",
     "metric_summary",
+    "projection_method",
     "run_path",
     "select_condition",
+    "shortcut_figure",
     "sweep_targets",
     "target_column",
     "transfer_figure",
+    "UNINFORMATIVE_BELOW",
     "umap_figure",
     "umap_groups",
     "umap_movement",
@@ -95,6 +104,8 @@ DRIFT_METRICS: dict[str, tuple[str, str]] = {
     "cka": ("cka", "linear CKA(student, reference)"),
     "cka_debiased": ("cka_debiased", "debiased linear CKA(student, reference)"),
     "cosine": ("cosine_mean", "cosine drift 1 - cos (mean over rows)"),
+    "cosine_centred": ("cosine_centred_mean",
+                       "centred cosine drift 1 - cos (reference mean removed; mean over rows)"),
     "cosine_median": ("cosine_median", "cosine drift 1 - cos (median over rows)"),
     "cosine_p90": ("cosine_p90", "cosine drift 1 - cos (90th percentile)"),
 }
@@ -129,6 +140,9 @@ _TRANSFER_NAMES = {
     "nts": "NTS: OOD gain - ID loss",
 }
 _TOP_LEGEND = {"orientation": "h", "yanchor": "bottom", "y": 1.0, "xanchor": "left", "x": 0.0}
+# below the axis titles, in the figure's own bottom margin (container coordinates)
+_BOTTOM_LEGEND = {"orientation": "h", "yref": "container", "yanchor": "bottom", "y": 0.01,
+                  "xanchor": "left", "x": 0.0}
 _IMAGE_SUFFIXES = (".png", ".svg", ".pdf", ".jpg", ".jpeg", ".webp")
 _HTML_SUFFIXES = (".html", ".htm")
 
@@ -322,7 +336,7 @@ def select_condition(results: pd.DataFrame, artifact_strength: float | None = No
                      source: str | None = None) -> tuple[pd.DataFrame, str]:
     """The rows of one experimental condition (one source dataset, one artefact strength).
 
-    Unset, the largest artefact strength (the clearest failure mode) and the first source are
+    Unset, the largest artefact strength (the strongest shortcut) and the first source are
     chosen; the returned caption names the choice, for figure titles.
     """
     if results.empty:
@@ -538,18 +552,29 @@ def shortcut_figure(
 
     A model that leans on the shortcut is near 100% on marked pairs while its clean accuracy,
     the skill the targets can use, stays near its OOD accuracy. Needs a sweep with an artefact
-    (results columns ``acc_id_marked`` / ``acc_id_clean``, written by ``results_table``)."""
+    (results columns ``acc_id_marked`` / ``acc_id_clean``, written by ``results_table``). When
+    the teacher reads the artefact on only some pairs (``acc_id_seen`` / ``acc_id_hidden``),
+    the marked pairs are split the same way: a student that learned the shortcut from the pairs
+    the teacher read is right on the hidden ones too, where the teacher was not."""
     res = _results_arg(sweep_dir, results)
     rows, caption = select_condition(res, artifact_strength, source)
     cols = ["acc_id_marked", "acc_id_clean"]
     if any(c not in rows.columns or rows[c].isna().all() for c in cols):
         raise ValueError(f"no artefact split in these results ({caption}): shortcut_figure needs "
                          "a sweep with data.artifact_kind != 'none' and strength > 0")
+    split = [c for c in ("acc_id_seen", "acc_id_hidden")
+             if c in rows.columns and rows[c].notna().any()]
+    if len(split) == 2:  # the marked pairs, by whether the teacher could read the artefact
+        cols = ["acc_id_seen", "acc_id_hidden", "acc_id_clean"]
     summary = metric_summary(rows, cols + ["acc_ood"], confidence, spread)
     names = {"acc_id_marked": "ID, pairs carrying the artefact",
+             "acc_id_seen": "ID, marked pairs the teacher read the artefact on",
+             "acc_id_hidden": "ID, marked pairs the teacher could not read it on",
              "acc_id_clean": "ID, clean pairs (no artefact)",
              "acc_ood": "OOD (targets: no artefact)"}
-    colors = {"acc_id_marked": "#9ecae1", "acc_id_clean": "#1f4e79", "acc_ood": "#f28e2b"}
+    names = {c: names[c] for c in cols + ["acc_ood"]}
+    colors = {"acc_id_marked": "#9ecae1", "acc_id_seen": "#9ecae1", "acc_id_hidden": "#6baed6",
+              "acc_id_clean": "#1f4e79", "acc_ood": "#f28e2b"}
     fig = go.Figure()
     for col in names:
         part = summary[summary["column"] == col]
@@ -695,6 +720,7 @@ def drift_by_layer_figure(
     artifact_strength: float | None = None,
     source: str | None = None,
     drift_tables: Mapping[str, pd.DataFrame] | None = None,
+    facet: bool | None = None,
 ) -> go.Figure:
     """Drift of the student from its frozen reference per layer, source vs each target.
 
@@ -704,6 +730,10 @@ def drift_by_layer_figure(
     draws those runs, one line each. ``metric``: ``"cka"`` (linear CKA, 1 = same
     representation up to rotation and scale), ``"cosine"`` (mean 1 - cos, 0 = unchanged) or
     another key of :data:`DRIFT_METRICS`. ``split``: None (all), ``"source"`` or a target.
+
+    ``facet``: one panel per domain (shared y axis), so that method groups x domains do not
+    pile up as a dozen or more overlapping lines in one panel; None (default) facets whenever
+    more than one domain is shown, False draws every line in one panel.
     """
     col, ylabel = _drift_metric(metric)
     res = _results_arg(sweep_dir, results)
@@ -754,39 +784,56 @@ def drift_by_layer_figure(
     dashes = {s: _DOMAIN_DASHES[i % len(_DOMAIN_DASHES)] for i, s in enumerate(all_splits)}
     any_table = next(iter(tables.values()))
 
-    fig = go.Figure()
+    facet = len(shown) > 1 if facet is None else bool(facet)
+    if facet:
+        fig = make_subplots(rows=1, cols=len(shown), shared_yaxes=True,
+                            horizontal_spacing=0.03 if len(shown) > 3 else 0.05,
+                            subplot_titles=[_split_desc(s, any_table) for s in shown])
+    else:
+        fig = go.Figure()
     for label, color, ids in series:
         stacked = pd.concat([tables[r] for r in ids], ignore_index=True)
         first = True
-        for s in shown:
+        for i, s in enumerate(shown):
             part = stacked[stacked["split"] == s]
             if part.empty:
                 continue
             curve = part.groupby("layer", sort=True)[col].mean()
             desc = _split_desc(s, any_table)
-            fig.add_trace(go.Scatter(
+            tr = go.Scatter(
                 x=curve.index.to_numpy(), y=curve.to_numpy(float), mode="lines+markers",
                 name=label, legendgroup=label, showlegend=first,
                 line={"color": color, "dash": dashes[s], "width": 2}, marker={"size": 5},
                 meta={"runs": ids, "split": s, "group": label, "metric": col},
                 hovertemplate=(f"{label}<br>{desc}<br>layer %{{x}}<br>{ylabel}: %{{y:.5g}}"
-                               "<extra></extra>")))
+                               "<extra></extra>"))
+            if facet:
+                fig.add_trace(tr, row=1, col=i + 1)
+            else:
+                fig.add_trace(tr)
             first = False
-    for s in shown:  # legend entries for the line styles
-        fig.add_trace(go.Scatter(
-            x=[None], y=[None], mode="lines", name=f"line style: {_split_desc(s, any_table)}",
-            line={"color": "grey", "dash": dashes[s]}, hoverinfo="skip",
-            meta={"legend_only": True, "split": s}))
+    if not facet:
+        for s in shown:  # legend entries for the line styles (facets name their domain)
+            fig.add_trace(go.Scatter(
+                x=[None], y=[None], mode="lines", name=f"line style: {_split_desc(s, any_table)}",
+                line={"color": "grey", "dash": dashes[s]}, hoverinfo="skip",
+                meta={"legend_only": True, "split": s}))
     what = "similarity" if col.startswith("cka") else "drift"
     fig.update_layout(
         title=_title(f"Representation {what} from the frozen reference, per layer"
                      + (f" ({caption})" if caption else ""),
-                     "higher CKA / lower cosine drift = closer to the pretrained student; "
+                     ("one panel per domain; " if facet else "")
+                     + "higher CKA / lower cosine drift = closer to the pretrained student; "
                      "layer 0 = embeddings"),
-        xaxis_title="layer (0 = embeddings)", yaxis_title=ylabel, template="plotly_white",
-        legend={"groupclick": "togglegroup"},
+        template="plotly_white", legend={"groupclick": "togglegroup", **_BOTTOM_LEGEND},
+        margin={"t": 110, "b": 170}, height=580,
     )
-    fig.update_xaxes(dtick=1)
+    fig.update_xaxes(dtick=1, title_text="layer (0 = embeddings)")
+    if facet:
+        fig.update_yaxes(title_text=ylabel, row=1, col=1)
+    else:
+        fig.update_yaxes(title_text=ylabel)
+    fig.layout.meta = {"facets": list(shown) if facet else []}
     return fig
 
 
@@ -909,6 +956,38 @@ def _run_caption(run_dir: Path) -> str:
     return run_dir.name
 
 
+def projection_method(run_dir: PathLike | None = None,
+                      projection: pd.DataFrame | None = None) -> str:
+    """``"UMAP"`` or ``"PCA"``: the map a run's ``projection.parquet`` was made with.
+
+    A ``projection_method`` column of the table says it directly. Otherwise the run's
+    ``config.yaml`` does: ``capture.projection`` ``"pca"`` or ``"umap"``; ``"auto"`` is UMAP
+    when umap-learn is installed (as `anchorviz.projection.SharedProjection` decides; it
+    falls back to PCA only without umap-learn or with fewer than ~17 reference rows, far
+    fewer than any test split) and PCA when it is not. ``"map"`` when neither can be read.
+    """
+    if projection is not None and "projection_method" in projection.columns:
+        vals = projection["projection_method"].dropna().astype(str).unique()
+        if len(vals) == 1:
+            return vals[0].upper()
+    spec = None
+    if run_dir is not None and (Path(run_dir) / "config.yaml").is_file():
+        try:
+            import yaml
+
+            key = yaml.safe_load((Path(run_dir) / "config.yaml").read_text()) or {}
+            spec = str((key.get("capture") or {}).get("projection") or "")
+        except Exception as exc:  # a caption is never worth failing a figure for
+            logger.debug("could not read %s: %s", run_dir, exc)
+    if spec in ("pca", "umap"):
+        return spec.upper()
+    if spec == "auto":
+        import importlib.util
+
+        return "UMAP" if importlib.util.find_spec("umap") is not None else "PCA"
+    return "map"
+
+
 def umap_figure(
     run_dir: PathLike | None = None,
     layer: int | None = None,
@@ -923,13 +1002,14 @@ def umap_figure(
 ) -> go.Figure:
     """Reference vs student hidden states of one run in one shared 2-D map.
 
-    The map (UMAP, or PCA when UMAP was unavailable) was fitted on the frozen reference's
-    states, so the reference's points (faint circles) are where the pretrained model puts each
-    response and the student's points (diamonds) are where training moved them; grey lines join
-    the two positions for a seeded sample of ``n_lines`` responses. ``color_by="domain"``
-    colours source vs target domains (only ``target`` when given), ``"side"`` chosen vs
-    rejected responses. ``layer=None`` is the last projected layer. ``max_points`` subsamples
-    each group (seeded) for large runs.
+    The map (UMAP, or PCA when UMAP was unavailable; :func:`projection_method` says which, and
+    the title and axes name it) was fitted on the frozen reference's states, so the reference's
+    points (open circles, drawn on top so that they stay visible) are where the pretrained
+    model puts each response and the student's points (filled diamonds) are where training
+    moved them; grey lines join the two positions for a seeded sample of ``n_lines``
+    responses. ``color_by="domain"`` colours source vs target domains (only ``target`` when
+    given), ``"side"`` chosen vs rejected responses. ``layer=None`` is the last projected
+    layer. ``max_points`` subsamples each group (seeded) for large runs.
     """
     if projection is None:
         if run_dir is None:
@@ -941,37 +1021,43 @@ def umap_figure(
     if max_points is not None:
         groups = [{**g, "reference": _subsample(g["reference"], max_points, seed),
                    "student": _subsample(g["student"], max_points, seed)} for g in groups]
+    how = projection_method(run_dir, projection)
     fig = go.Figure()
-    for g in groups:
-        fig.add_trace(go.Scattergl(
-            x=g["reference"]["x"].to_numpy(float), y=g["reference"]["y"].to_numpy(float),
-            mode="markers", name=f"reference (pretrained) · {g['label']}", legendgroup=g["label"],
-            marker={"color": g["color"], "size": 5, "opacity": 0.25, "symbol": "circle"},
-            customdata=_hover_custom(g["reference"]), hovertemplate=_UMAP_HOVER,
-            meta={"model": "reference", "group": g["label"]}))
-    for g in groups:
-        fig.add_trace(go.Scattergl(
-            x=g["student"]["x"].to_numpy(float), y=g["student"]["y"].to_numpy(float),
-            mode="markers", name=f"student (trained) · {g['label']}", legendgroup=g["label"],
-            marker={"color": g["color"], "size": 6, "opacity": 0.85, "symbol": "diamond",
-                    "line": {"width": 0.5, "color": "white"}},
-            customdata=_hover_custom(g["student"]), hovertemplate=_UMAP_HOVER,
-            meta={"model": "student", "group": g["label"]}))
+    # students first, the reference on top as open circles: the pretrained positions stay
+    # visible under a student cloud that landed on them
     mx, my = umap_movement(groups, n_lines, seed)
     fig.add_trace(go.Scattergl(
         x=mx, y=my, mode="lines", line={"color": "rgba(90,90,90,0.35)", "width": 1},
         name=f"movement reference → student ({len(mx) // 3} sampled)", hoverinfo="skip",
         meta={"model": "movement"}))
+    for g in groups:
+        fig.add_trace(go.Scattergl(
+            x=g["student"]["x"].to_numpy(float), y=g["student"]["y"].to_numpy(float),
+            mode="markers", name=f"student (trained) · {g['label']}", legendgroup=g["label"],
+            marker={"color": g["color"], "size": 6, "opacity": 0.55, "symbol": "diamond"},
+            customdata=_hover_custom(g["student"]), hovertemplate=_UMAP_HOVER,
+            meta={"model": "student", "group": g["label"]}))
+    for g in groups:
+        fig.add_trace(go.Scattergl(
+            x=g["reference"]["x"].to_numpy(float), y=g["reference"]["y"].to_numpy(float),
+            mode="markers", name=f"reference (pretrained) · {g['label']}", legendgroup=g["label"],
+            marker={"color": g["color"], "size": 7, "opacity": 0.9, "symbol": "circle-open",
+                    "line": {"width": 1.5}},
+            customdata=_hover_custom(g["reference"]), hovertemplate=_UMAP_HOVER,
+            meta={"model": "reference", "group": g["label"]}))
     caption = title or (_run_caption(Path(run_dir)) if run_dir is not None else "")
+    what = f"shared {how}" if how != "map" else "shared map"
     fig.update_layout(
-        title=_title(f"Reference vs student in one shared map, layer {lay}"
+        title=_title(f"Reference vs student in one {what}, layer {lay}"
                      + (f" — {caption}" if caption else ""),
-                     "map fitted on the frozen reference's states; faint circles = reference, "
-                     "diamonds = student, lines = where training moved a response"),
-        xaxis_title="map axis 1 (shared UMAP/PCA of reference states; unitless)",
-        yaxis_title="map axis 2 (unitless)", template="plotly_white",
+                     f"{how} fitted on the frozen reference's states; open circles = "
+                     "reference, filled diamonds = student, lines = where training moved a "
+                     "response"),
+        xaxis_title=f"{how} axis 1 (fitted on reference states; unitless)",
+        yaxis_title=f"{how} axis 2 (unitless)", template="plotly_white",
         legend={"orientation": "v"},
     )
+    fig.layout.meta = {"projection_method": how}
     fig.update_yaxes(scaleanchor="x", scaleratio=1)
     return fig
 
@@ -989,6 +1075,12 @@ def _axis_label(col: str) -> str:
         "drift_cos_source": "cosine drift 1 - cos on the source (last layer)",
         "drift_cka_target": "linear CKA(student, reference) on the targets (last layer)",
         "drift_cka_source": "linear CKA(student, reference) on the source (last layer)",
+        "drift_cos_centred_target": "centred cosine drift 1 - cos on the targets (last layer, "
+                                    "mean of targets)",
+        "drift_cos_centred_source": "centred cosine drift 1 - cos on the source (last layer)",
+        "drift_cka_debiased_target": "debiased linear CKA on the targets (last layer, mean of "
+                                     "targets)",
+        "drift_cka_debiased_source": "debiased linear CKA on the source (last layer)",
         "aog": "AOG: OOD gain over the teacher (points)",
         "wrg": "WRG: ID gain over the teacher (points)",
         "nts": "NTS: net transfer score (points)",
@@ -1005,12 +1097,60 @@ def _axis_label(col: str) -> str:
     return col
 
 
+def _table_col_label(table_col: str) -> str:
+    """Short axis label of a drift.parquet column (``cosine_mean`` -> ``cosine drift 1 - cos``)."""
+    for col, label in DRIFT_METRICS.values():
+        if col == table_col:
+            return label.split(" (")[0] if not label.startswith(("linear", "debiased")) else label
+    return table_col
+
+
 def _short_label(col: str) -> str:
-    if col.startswith("drift_cos"):
-        return "cosine drift 1 - cos"
-    if col.startswith("drift_cka"):
-        return "linear CKA(student, reference)"
+    table_col = _drift_table_column(col)
+    if table_col is not None:
+        return _table_col_label(table_col)
     return _axis_label(col)
+
+
+#: mean label confidence max(q, 1 - q) below which the teacher's labels count as nearly
+#: uninformative (0.5 = a coin flip): the label histogram and the report warn about them
+UNINFORMATIVE_BELOW = 0.6
+
+#: fewest runs for which drift vs OOD shows a Spearman correlation and a fitted line: with
+#: fewer, a rank correlation takes a handful of values (n = 3: +-1 or +-0.5) and its bootstrap
+#: interval collapses, so the figure shows the points only and says why
+MIN_CORRELATION_N = 8
+
+# drift_<key>_target / _source results columns -> drift.parquet column
+_DRIFT_TABLE_COLUMNS = {"cos": "cosine_mean", "cka": "cka", "cos_centred": "cosine_centred_mean",
+                        "cka_debiased": "cka_debiased", "cos_std": "cosine_standardised_mean"}
+_SEED_SYMBOLS = ("circle", "square", "diamond", "triangle-up", "cross", "x", "star",
+                 "triangle-down", "pentagon", "hexagon")
+
+
+def _drift_table_column(drift_col: str) -> str | None:
+    """The drift.parquet column behind a results column such as ``drift_cos_target``."""
+    if not (drift_col.startswith("drift_") and drift_col.endswith(("_target", "_source"))):
+        return None
+    return _DRIFT_TABLE_COLUMNS.get(drift_col[len("drift_"):].rsplit("_", 1)[0])
+
+
+def _relation_stat(panel: pd.DataFrame, min_n: int, n_boot: int, seed: int,
+                   ci_level: float) -> tuple[dict | None, str]:
+    """(relation or None, caption) of one panel's points: no statistic below ``min_n`` runs."""
+    from anchorviz.drift import DriftError, drift_ood_relation
+
+    n = len(panel)
+    if n < min_n:
+        return None, f"n = {n} run{'s' if n != 1 else ''} (< {min_n}): no correlation shown"
+    try:
+        rel = drift_ood_relation(panel, drift_col="x", gain_col="y", n_boot=n_boot, seed=seed,
+                                 ci_level=ci_level)
+    except DriftError as exc:
+        return None, f"n = {n}: correlation not defined ({exc})"
+    lo, hi = rel["spearman_ci"]
+    return rel, (f"Spearman ρ = {rel['spearman']:+.2f} ({ci_level:.0%} bootstrap CI {lo:+.2f} to "
+                 f"{hi:+.2f}), n = {rel['n']} runs")
 
 
 def drift_vs_ood_figure(
@@ -1021,71 +1161,144 @@ def drift_vs_ood_figure(
     results: pd.DataFrame | None = None,
     kinds: Sequence[str] = ("student",),
     artifact_strength: float | None = None,
+    by_target: bool | None = None,
+    drift_tables: Mapping[str, pd.DataFrame] | None = None,
+    min_n: int = MIN_CORRELATION_N,
     n_boot: int = 2000,
     seed: int = 0,
     ci_level: float = 0.95,
 ) -> go.Figure:
-    """Drift against OOD gain across the runs of a sweep, with Spearman rho in the title.
+    """Drift against OOD gain across the runs of a sweep: one panel per target domain.
 
-    One marker per run (colour = method group), the least-squares line, and the Spearman
-    correlation with its bootstrap interval over runs (``anchorviz.drift.drift_ood_relation``).
-    Gains (``aog``, ``wrg``, ``nts``, ``acc_*``) are drawn x100; the statistics do not depend on
-    that. ``artifact_strength=None`` keeps every strength (the relation across conditions).
+    One marker per run (colour = method group, symbol = seed). ``by_target`` (default: when
+    the drift tables can be read) draws one panel per target: the run's last-layer drift on
+    that target (from its ``drift.parquet``, the measure behind ``drift_col``) against its gain
+    there (``aog_<target>`` for ``gain_col="aog"``, ``acc_<target>`` for ``"acc_ood"``);
+    otherwise one panel of the pooled columns ``drift_col`` / ``gain_col``. A panel shows the
+    Spearman correlation with its bootstrap interval over runs
+    (``anchorviz.drift.drift_ood_relation``) and the least-squares line only from ``min_n``
+    runs on (:data:`MIN_CORRELATION_N`); below that, and where the correlation is undefined
+    (a constant column), it shows the points and says why. Gains (``aog``, ``wrg``, ``nts``,
+    ``acc_*``) are drawn x100; the statistics do not depend on that.
+    ``artifact_strength=None`` keeps every strength (the relation across conditions).
+    ``fig.layout.meta``: ``{"relations": {panel: relation or None}, "min_n", "by_target"}``.
     """
-    from anchorviz.drift import DriftError, drift_ood_relation
-
     res = _results_arg(sweep_dir, results)
     for col in (drift_col, gain_col):
         if col not in res.columns:
             cands = [c for c in res.columns if c.startswith(("drift_", "aog", "wrg", "nts", "acc_"))]
             raise ValueError(f"column {col!r} not in the results table; candidates: {cands}")
+    if min_n < 3:
+        raise ValueError(f"min_n must be at least 3 (a rank correlation needs 3 runs), got {min_n}")
     rows = res[res["kind"].isin(list(kinds))]
     if artifact_strength is not None:
         rows, _ = select_condition(rows, artifact_strength)
-    finite = np.isfinite(rows[drift_col].astype(float)) & np.isfinite(rows[gain_col].astype(float))
-    if (~finite).any():
-        logger.info("%d run(s) without %s / %s left out", int((~finite).sum()), drift_col, gain_col)
-    rows = rows[finite]
-    scale = 100.0 if _is_fraction_col(gain_col) else 1.0
-    try:
-        rel = drift_ood_relation(rows, drift_col=drift_col, gain_col=gain_col, n_boot=n_boot,
-                                 seed=seed, ci_level=ci_level)
-        lo, hi = rel["spearman_ci"]
-        stat = (f"Spearman ρ = {rel['spearman']:+.2f} ({ci_level:.0%} bootstrap CI {lo:+.2f} to "
-                f"{hi:+.2f}), n = {rel['n']} runs")
-    except DriftError as exc:
-        rel = None
-        stat = f"correlation not defined: {exc}"
-        logger.warning("drift vs OOD: %s", exc)
+    targets = sweep_targets(rows)
+    table_col = _drift_table_column(drift_col)
+    gain_prefix = {"aog": "aog", "acc_ood": "acc"}.get(gain_col)
+    can_split = (table_col is not None and drift_col.endswith("_target") and gain_prefix
+                 is not None and bool(targets)
+                 and all(f"{gain_prefix}_{t}" in rows.columns for t in targets)
+                 and (sweep_dir is not None or drift_tables is not None))
+    if by_target and not can_split:
+        raise ValueError(f"drift vs {gain_col} per target needs a target drift column "
+                         f"(drift_*_target), gain aog or acc_ood with per-target columns, and the "
+                         f"runs' drift tables (sweep_dir or drift_tables=)")
+    by_target = can_split if by_target is None else bool(by_target)
 
-    fig = go.Figure()
-    for g in _group_table(rows).itertuples(index=False):
-        part = rows[_group_mask(rows, g.method, g.anchor_lambda, g.anchor_layers)]
-        fig.add_trace(go.Scatter(
-            x=part[drift_col].to_numpy(float), y=part[gain_col].to_numpy(float) * scale,
-            mode="markers", name=g.label, marker={"color": g.color, "size": 10,
-                                                  "line": {"width": 1, "color": "white"}},
-            customdata=np.column_stack([part["run_id"], part["seed"].astype(str)]),
-            hovertemplate=(g.label + "<br>seed %{customdata[1]}<br>run %{customdata[0]}<br>"
-                           + f"{drift_col} %{{x:.3f}}<br>{gain_col} %{{y:.2f}}<extra></extra>"),
-            meta={"group": g.label}))
-    if rel is not None:
-        xs = np.linspace(rows[drift_col].min(), rows[drift_col].max(), 2)
-        fig.add_trace(go.Scatter(
-            x=xs, y=(rel["intercept"] + rel["slope"] * xs) * scale, mode="lines",
-            name="least-squares fit", line={"color": "black", "dash": "dash", "width": 1},
-            hoverinfo="skip", meta={"fit": True}))
-    if gain_col in ("aog", "wrg", "nts") or gain_col.startswith("aog_"):
-        fig.add_hline(y=0, line={"color": "grey", "width": 1})
-    fig.update_layout(
-        title=_title(f"Drift vs {gain_col.upper() if gain_col in _TRANSFER_NAMES else gain_col}"
-                     f" across runs: {stat}",
-                     "one marker per run; does moving away from the pretrained representation "
-                     "cost out-of-distribution accuracy?"),
-        xaxis_title=_axis_label(drift_col), yaxis_title=_axis_label(gain_col),
-        template="plotly_white",
-    )
-    fig.layout.meta = {"relation": rel}
+    # panels: name -> frame with x (drift), y (gain, stored units), run_id, seed, group keys
+    keep = ["run_id", "seed", *_GROUP_KEYS]
+    panels: dict[str, pd.DataFrame] = {}
+    if by_target:
+        tables = _drift_tables_for(rows["run_id"].tolist(), sweep_dir, drift_tables, strict=False)
+        for t in targets:
+            split = f"target_test:{t}"
+            x = {}
+            for rid, tab in tables.items():
+                if table_col not in tab.columns:
+                    continue
+                top = tab[(tab["split"] == split) & (tab["layer"] == tab["layer"].max())]
+                if len(top):
+                    x[rid] = float(top[table_col].mean())
+            part = rows[keep].assign(x=rows["run_id"].map(x).astype(float),
+                                     y=rows[f"{gain_prefix}_{t}"].astype(float))
+            panels[t] = part
+        x_label = f"{_table_col_label(table_col)} on the target (last layer)"
+        y_label = ("AOG on the target (points)" if gain_prefix == "aog"
+                   else "pairwise accuracy on the target (%)")
+    else:
+        panels["pooled"] = rows[keep].assign(x=rows[drift_col].astype(float),
+                                             y=rows[gain_col].astype(float))
+        x_label, y_label = _axis_label(drift_col), _axis_label(gain_col)
+    left_out = 0
+    for name, part in panels.items():
+        finite = np.isfinite(part["x"]) & np.isfinite(part["y"])
+        left_out += int((~finite).sum())
+        panels[name] = part[finite]
+    if left_out:
+        logger.info("%d run x panel point(s) without drift / gain left out", left_out)
+
+    scale = 100.0 if _is_fraction_col(gain_col) else 1.0
+    seeds = _unique(rows["seed"]) if len(rows) else []
+    symbol = {s: _SEED_SYMBOLS[i % len(_SEED_SYMBOLS)] for i, s in enumerate(seeds)}
+    names = list(panels)
+    stats = {n: _relation_stat(panels[n], min_n, n_boot, seed, ci_level) for n in names}
+    if by_target:
+        fig = make_subplots(rows=1, cols=len(names), shared_yaxes=True, horizontal_spacing=0.04,
+                            subplot_titles=[f"<b>{n}</b><br><sup>{stats[n][1]}</sup>"
+                                            for n in names])
+    else:
+        fig = go.Figure()
+    groups = _group_table(rows) if len(rows) else pd.DataFrame(columns=[*_GROUP_KEYS, "label",
+                                                                        "color"])
+    for i, name in enumerate(names):
+        part = panels[name]
+        where = {"row": 1, "col": i + 1} if by_target else {}
+        for g in groups.itertuples(index=False):
+            gp = part[_group_mask(part, g.method, g.anchor_lambda, g.anchor_layers)]
+            if gp.empty:
+                continue
+            fig.add_trace(go.Scatter(
+                x=gp["x"].to_numpy(float), y=gp["y"].to_numpy(float) * scale, mode="markers",
+                name=g.label, legendgroup=g.label, showlegend=i == 0,
+                marker={"color": g.color, "size": 10, "symbol": [symbol[s] for s in gp["seed"]],
+                        "line": {"width": 1, "color": "white"}},
+                customdata=np.column_stack([gp["run_id"], gp["seed"].astype(str)]),
+                hovertemplate=(g.label + "<br>seed %{customdata[1]}<br>run %{customdata[0]}<br>"
+                               + f"drift %{{x:.4f}}<br>{gain_col} %{{y:.2f}}<extra></extra>"),
+                meta={"group": g.label, "panel": name}), **where)
+        rel = stats[name][0]
+        if rel is not None:
+            xs = np.linspace(part["x"].min(), part["x"].max(), 2)
+            fig.add_trace(go.Scatter(
+                x=xs, y=(rel["intercept"] + rel["slope"] * xs) * scale, mode="lines",
+                name="least-squares fit", legendgroup="fit", showlegend=False,
+                line={"color": "black", "dash": "dash", "width": 1}, hoverinfo="skip",
+                meta={"fit": True, "panel": name}), **where)
+        if gain_col in ("aog", "wrg", "nts") or gain_col.startswith("aog_"):
+            fig.add_hline(y=0, line={"color": "grey", "width": 1}, **where)
+    if len(seeds) > 1:
+        for s in seeds:  # legend entries for the seed symbols
+            fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=f"seed {s}",
+                                     marker={"color": "grey", "size": 9, "symbol": symbol[s]},
+                                     hoverinfo="skip", meta={"legend_only": True, "seed": s}))
+    gain_name = gain_col.upper() if gain_col in _TRANSFER_NAMES else gain_col
+    rule = (f"one marker per run (colour = method, symbol = seed); correlation and fitted line "
+            f"only from n ≥ {min_n} runs")
+    if by_target:
+        title = _title(f"Drift vs {gain_name}, per target domain", rule)
+    else:
+        title = _title(f"Drift vs {gain_name} across runs: {stats['pooled'][1]}", rule)
+    fig.update_layout(title=title, template="plotly_white", legend=_BOTTOM_LEGEND,
+                      margin={"t": 130 if by_target else 100, "b": 170}, height=580)
+    fig.update_xaxes(title_text=x_label)
+    if by_target:
+        fig.update_yaxes(title_text=y_label, row=1, col=1)
+    else:
+        fig.update_yaxes(title_text=y_label)
+    fig.layout.meta = {"relations": {n: stats[n][0] for n in names}, "min_n": min_n,
+                       "by_target": by_target,
+                       "relation": None if by_target else stats["pooled"][0]}
     return fig
 
 
@@ -1195,16 +1408,19 @@ def label_confidence_figure(
     *,
     labels: pd.DataFrame | None = None,
     bins: int = 40,
-    uninformative_below: float = 0.6,
+    uninformative_below: float | None = None,
 ) -> go.Figure:
     """Histogram of the teacher's soft labels q = P(chosen preferred) on the w2s training pairs.
 
     Reads ``labels.parquet`` of a teacher run (``margin``; q = sigmoid(margin), the raw teacher
     probability) or of a student run (``q``, the labels it was trained on, after any temperature
     or hardening). The title flags labels whose mean confidence max(q, 1 - q) is below
-    ``uninformative_below``: a student trained on them learns next to nothing (PILOT.md: mean
-    q 0.505 left the soft BT loss at ln 2).
+    ``uninformative_below`` (default :data:`UNINFORMATIVE_BELOW`): a student trained on them
+    learns next to nothing, since labels near q = 0.5 leave the soft Bradley-Terry loss near
+    ln 2 whatever the student predicts.
     """
+    if uninformative_below is None:
+        uninformative_below = UNINFORMATIVE_BELOW
     if labels is None:
         if run_dir is None:
             raise ValueError("pass a run directory or an already loaded labels table (labels=)")

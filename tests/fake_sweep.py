@@ -163,12 +163,14 @@ def write_fake_sweep(
     n_pairs: int = 60,
     projection_layers: Sequence[int] = (3, N_LAYERS),
     seed: int = 0,
+    data_settings: dict[str, Any] | None = None,
 ) -> Path:
     """Write a synthetic sweep directory at ``root`` and return its path.
 
     Runs: per (artefact strength, seed) one teacher, one ceiling, and one student per method
     (ANCHOR: per lambda x layers). ``n_pairs`` pairs per test split; drift for layers 0..6;
-    projection coordinates for ``projection_layers``.
+    projection coordinates for ``projection_layers``. ``data_settings`` (e.g. split sizes
+    ``{"source_test": 150, ...}``) are added to the ``data`` block of every run's config.yaml.
     """
     root = Path(root)
     (root / "runs").mkdir(parents=True, exist_ok=True)
@@ -188,7 +190,8 @@ def write_fake_sweep(
             noise = np.random.default_rng([seed, s, int(strength * 100)])
             jitter = noise.normal(0, 0.012)
             data = {"source": SOURCE, "targets": [f"vader-{t}" for t in targets],
-                    "artifact_kind": artifact_kind, "artifact_strength": float(strength)}
+                    "artifact_kind": artifact_kind, "artifact_strength": float(strength),
+                    **(data_settings or {})}
             teacher_key = {"kind": "teacher", "data": data, "model": "minilm-l3", "seed": s}
             runs: list[tuple[dict[str, Any], dict[str, float], float, float]] = [
                 (teacher_key, {k: v + jitter for k, v in teacher_acc.items()}, 0.0, 0.0),

@@ -258,3 +258,42 @@ def test_lambda_slider_changes_the_figures(lab, tmp_path):
     drift_before = [f for f in before if str(f["title"]).startswith("Drift per layer")]
     drift_after = [f for f in after if str(f["title"]).startswith("Drift per layer")]
     assert drift_before[0]["traces"] != drift_after[0]["traces"], "drift curves did not change"
+
+
+def test_report_fits_1280_px_and_leads_with_the_verdict(tmp_path):
+    """The HTML report at 1280 px: no horizontal scrolling, every figure and the table inside
+    the page width, and the verdict above the first figure."""
+    sys.path.insert(0, str(REPO / "tests"))
+    from fake_sweep import write_fake_sweep
+
+    from anchorviz.report import write_report
+
+    root = write_fake_sweep(tmp_path / "sweep", seeds=(0, 1, 2), lambdas=(1.0, 10.0),
+                            layers=("last",), methods=("naive", "anchor"),
+                            artifact_strengths=(0.8,), artifact_kind="marker",
+                            projection_layers=(6,))
+    report = write_report(root)
+    ARTIFACTS.mkdir(exist_ok=True)
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROME_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 900})
+            page.goto(report.as_uri())
+            page.wait_for_function("() => document.querySelectorAll('.js-plotly-plot').length > 0"
+                                   " && Array.from(document.querySelectorAll('.js-plotly-plot'))"
+                                   ".every(el => el._fullLayout)", timeout=60_000)
+            page.screenshot(path=str(ARTIFACTS / "report_1280.png"))
+            boxes = page.evaluate("""() => ({
+                scroll: document.documentElement.scrollWidth,
+                verdict: document.getElementById('verdict').getBoundingClientRect().top,
+                figures: Array.from(document.querySelectorAll('.js-plotly-plot'))
+                    .map(el => { const r = el.getBoundingClientRect();
+                                 return {left: r.left, right: r.right, top: r.top}; }),
+                table: document.querySelector('table.results').getBoundingClientRect().right,
+            })""")
+        finally:
+            browser.close()
+    assert boxes["scroll"] <= 1280, f"the page scrolls sideways: {boxes['scroll']} px"
+    assert boxes["table"] <= 1280
+    assert all(0 <= f["left"] and f["right"] <= 1280 for f in boxes["figures"]), boxes["figures"]
+    assert boxes["verdict"] < min(f["top"] for f in boxes["figures"])

@@ -140,6 +140,15 @@ def test_shortcut_bars_split_id_by_the_artefact(results):
     assert "Shortcut or skill" in fig.layout.title.text
     with pytest.raises(ValueError, match="no artefact split"):
         plots.shortcut_figure(results=results)
+    # a teacher that reads only some markers: the marked pairs split into seen / hidden
+    hidden = res.assign(acc_id_seen=rng.uniform(0.9, 1.0, len(res)),
+                        acc_id_hidden=rng.uniform(0.7, 0.9, len(res)))
+    fig = plots.shortcut_figure(results=hidden)
+    assert [t.meta["column"] for t in fig.data] == ["acc_id_seen", "acc_id_hidden",
+                                                    "acc_id_clean", "acc_ood"]
+    naive = hidden[hidden["method"] == "naive"]
+    assert bar_value(trace(fig, column="acc_id_hidden"), "naive W2S") == pytest.approx(
+        100 * naive["acc_id_hidden"].mean())
 
 
 def test_accuracy_t_interval_and_per_target(sweep, results):
@@ -212,6 +221,23 @@ def test_drift_trace_is_the_runs_drift_table(sweep, results):
     assert {t.meta["split"] for t in cos.data} == {"target_test:nyt"}
 
 
+def test_drift_by_layer_facets_one_panel_per_domain(sweep, results):
+    fig = plots.drift_by_layer_figure(sweep, metric="cka")
+    splits = ["source_test", "target_test:amazon", "target_test:nyt"]
+    assert fig.layout.meta["facets"] == splits
+    for i, split in enumerate(splits):
+        axis = "x" if i == 0 else f"x{i + 1}"
+        on_panel = [t for t in fig.data if t.xaxis == axis]
+        assert on_panel and all(t.meta["split"] == split for t in on_panel)
+    assert [a.text for a in fig.layout.annotations][:3] == ["source (movie)", "target (amazon)",
+                                                            "target (nyt)"]
+    # one legend entry per method group, not one per group x domain
+    shown = [t.name for t in fig.data if t.showlegend is not False]
+    assert len(shown) == len(set(shown))
+    flat = plots.drift_by_layer_figure(sweep, metric="cka", facet=False)
+    assert flat.layout.meta["facets"] == [] and {t.xaxis for t in flat.data} <= {None, "x"}
+
+
 def test_drift_groups_average_over_seeds(sweep, results):
     fig = plots.drift_by_layer_figure(sweep, split="source")
     ids = [run_of(results, "naive", seed=s) for s in (0, 1)]
@@ -281,6 +307,27 @@ def test_umap_layer_colour_and_target_choices(sweep, results):
     assert all(len(t.x) <= 20 for t in small.data if t.meta["model"] != "movement")
 
 
+def test_umap_names_the_projection_and_keeps_the_reference_visible(sweep, results, tmp_path):
+    rid = run_of(results, "naive")
+    run = tmp_path / "runs" / rid
+    shutil.copytree(sweep / "runs" / rid, run)
+    cfg = (run / "config.yaml").read_text()
+    (run / "config.yaml").write_text(cfg + "capture: {projection: pca}\n")
+    fig = plots.umap_figure(run)
+    assert fig.layout.meta["projection_method"] == "PCA"
+    assert "shared PCA" in fig.layout.title.text and "UMAP" not in fig.layout.title.text
+    assert fig.layout.xaxis.title.text.startswith("PCA axis 1")
+    (run / "config.yaml").write_text(cfg + "capture: {projection: umap}\n")
+    assert "shared UMAP" in plots.umap_figure(run).layout.title.text
+    proj = pd.read_parquet(run / "projection.parquet").assign(projection_method="umap")
+    assert plots.umap_figure(projection=proj).layout.meta["projection_method"] == "UMAP"
+    # the reference is drawn last, as open markers: a student cloud cannot hide it
+    models = [t.meta["model"] for t in fig.data]
+    assert models.index("reference") > max(i for i, m in enumerate(models) if m == "student")
+    ref = trace(fig, model="reference", group="source (movie)")
+    assert ref.marker.symbol.endswith("-open") and ref.marker.opacity >= 0.8
+
+
 # --------------------------------------------------------------------------- relations
 
 
@@ -301,10 +348,10 @@ def test_lambda_sweep_log_axis_and_values(sweep, results):
         plots.lambda_sweep_figure(results=results[results["method"] != "anchor"])
 
 
-def test_drift_vs_ood_reports_spearman(sweep, results):
+def test_drift_vs_ood_pooled_reports_spearman(sweep, results):
     from anchorviz.drift import drift_ood_relation
 
-    fig = plots.drift_vs_ood_figure(sweep)
+    fig = plots.drift_vs_ood_figure(sweep, by_target=False)
     students = results[results["kind"] == "student"]
     rel = drift_ood_relation(students, drift_col="drift_cos_target", gain_col="aog")
     assert f"Spearman ρ = {rel['spearman']:+.2f}" in fig.layout.title.text
@@ -316,15 +363,60 @@ def test_drift_vs_ood_reports_spearman(sweep, results):
     np.testing.assert_allclose(naive.x, want["drift_cos_target"])
     np.testing.assert_allclose(naive.y, 100 * want["aog"])
     assert "points" in fig.layout.yaxis.title.text and "1 - cos" in fig.layout.xaxis.title.text
+    assert len([t for t in fig.data if (t.meta or {}).get("fit")]) == 1
     with pytest.raises(ValueError, match="candidates"):
         plots.drift_vs_ood_figure(sweep, drift_col="drift_l2")
 
 
-def test_drift_vs_ood_with_too_few_runs_still_draws(results):
-    few = results[results["method"] == "naive"]
-    fig = plots.drift_vs_ood_figure(results=few)
+def test_drift_vs_ood_one_panel_per_target_from_the_drift_tables(sweep, results):
+    from anchorviz.drift import drift_ood_relation
+
+    fig = plots.drift_vs_ood_figure(sweep)  # per target: the runs' drift tables are there
+    assert fig.layout.meta["by_target"] and list(fig.layout.meta["relations"]) == ["amazon", "nyt"]
+    students = results[results["kind"] == "student"]
+    naive = students[students["method"] == "naive"]
+    for i, t in enumerate(("amazon", "nyt")):
+        want_x = []
+        for rid in naive["run_id"]:
+            d = pd.read_parquet(sweep / "runs" / rid / "drift.parquet")
+            top = d[(d["layer"] == d["layer"].max()) & (d["split"] == f"target_test:{t}")]
+            want_x.append(float(top["cosine_mean"].iloc[0]))
+        tr = trace(fig, group="naive W2S", panel=t)
+        np.testing.assert_allclose(tr.x, want_x)  # the drift on THIS target, not the mean
+        np.testing.assert_allclose(tr.y, 100 * naive[f"aog_{t}"])
+        assert tr.xaxis == ("x" if i == 0 else f"x{i + 1}")
+        # seeds are told apart by the marker symbol
+        assert len(set(tr.marker.symbol)) == naive["seed"].nunique() == 2
+        rel = fig.layout.meta["relations"][t]
+        assert rel is not None and rel["n"] == len(students)
+    xs = {}
+    for rid in students["run_id"]:
+        d = pd.read_parquet(sweep / "runs" / rid / "drift.parquet")
+        xs[rid] = float(d[(d["layer"] == d["layer"].max())
+                          & (d["split"] == "target_test:nyt")]["cosine_mean"].iloc[0])
+    ref = drift_ood_relation(students.assign(x=students["run_id"].map(xs)), drift_col="x",
+                             gain_col="aog_nyt")
+    titles = [a.text for a in fig.layout.annotations]
+    assert any(f"Spearman ρ = {ref['spearman']:+.2f}" in a and "nyt" in a for a in titles)
+    assert {t.meta["seed"] for t in fig.data if (t.meta or {}).get("legend_only")} == {0, 1}
+
+
+def test_drift_vs_ood_draws_no_correlation_or_line_below_min_n(results):
+    """Three students with an identical AOG, or any n below the stated minimum: points only,
+    no Spearman rho and no fitted line (a 3-run rank correlation is +-1 or +-0.5)."""
+    few = results[(results["kind"] == "student") & (results["seed"] == 0)
+                  & results["method"].isin(["naive", "confidence", "anchor"])].head(3)
+    fig = plots.drift_vs_ood_figure(results=few)  # no drift tables: the pooled panel
+    assert "no correlation shown" in fig.layout.title.text and "Spearman" not in fig.layout.title.text
+    assert f"n ≥ {plots.MIN_CORRELATION_N} runs" in fig.layout.title.text
+    assert not [t for t in fig.data if (t.meta or {}).get("fit")]
+    assert sum(len(t.x) for t in fig.data if t.x is not None and t.x[0] is not None) == 3
+    same = few.assign(aog=0.02)
+    fig = plots.drift_vs_ood_figure(results=same, min_n=3)
     assert "correlation not defined" in fig.layout.title.text
-    assert sum(len(t.x) for t in fig.data) == len(few)
+    assert not [t for t in fig.data if (t.meta or {}).get("fit")]
+    with pytest.raises(ValueError, match="min_n"):
+        plots.drift_vs_ood_figure(results=few, min_n=2)
 
 
 # --------------------------------------------------------------------------- labels
