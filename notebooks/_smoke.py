@@ -2,17 +2,23 @@
 
 Every notebook starts with a parameters cell that reads ``ANCHORVIZ_SMOKE`` and
 ``ANCHORVIZ_NOTEBOOK_RUNS``; the helpers here turn those two values into the one sweep the
-notebooks share, so that 01, 02 and 03 ask for exactly the same runs (same configs, same
-content hashes) and a run finished by one notebook is reused, not retrained, by the next.
+notebooks share. Full size, it is exactly the sweep of ``anchorviz demo`` (same settings, so
+the same content-hashed run ids) in the demo's own folder ``runs/demo``: runs that the demo
+(``bash scripts/demo.sh``) or another notebook finished are read, never trained again.
+:func:`describe_plan` says before a training cell how many runs are missing and roughly how
+many minutes they cost.
 """
 
 from __future__ import annotations
 
+import inspect
+import json
+import math
 import os
 import socket
 from pathlib import Path
 
-from anchorviz.cli import demo_sweep
+from anchorviz.cli import build_parser, demo_sweep
 from anchorviz.experiment import (
     SweepConfig,
     expand_sweep,
@@ -23,18 +29,31 @@ from anchorviz.experiment import (
     with_overrides,
 )
 
-#: the artefact strength of the teaching story (fraction of source pairs carrying the marker)
-STRENGTH = 0.8
+_DEMO_DEFAULTS = build_parser().parse_args(["demo"])
+
+#: the artefact strength of the teaching story (fraction of source pairs carrying the marker):
+#: the default of ``anchorviz demo --strength``
+STRENGTH = float(_DEMO_DEFAULTS.strength)
+#: the seeds of ``anchorviz demo`` without ``--seeds``
+DEMO_SEEDS = [int(s) for s in _DEMO_DEFAULTS.seeds]
+#: every other setting of ``anchorviz demo`` at its command-line default (e.g. the scenario),
+#: passed to ``demo_sweep`` as the CLI passes it, so that the run ids are the demo's
+DEMO_OPTIONS = {k: getattr(_DEMO_DEFAULTS, k)
+                for k in inspect.signature(demo_sweep).parameters
+                if k not in ("strength", "seeds", "quick") and hasattr(_DEMO_DEFAULTS, k)}
 
 
 def demo_config(smoke: bool, strengths: list[float] | None = None,
-                anchor_lambdas: list[float] | None = None) -> SweepConfig:
+                anchor_lambdas: list[float] | None = None,
+                seeds: list[int] | None = None) -> SweepConfig:
     """The demo sweep of ``anchorviz demo`` (``--quick`` with 1 epoch in smoke mode).
 
     ``strengths`` adds artefact strengths to the grid (the explorer's selector);
-    ``anchor_lambdas`` replaces the demo's lambda grid (smoke mode has one lambda only).
+    ``anchor_lambdas`` replaces the demo's lambda grid (smoke mode has one lambda only);
+    ``seeds`` replaces the demo's default seeds (as ``anchorviz demo --seeds`` does).
     """
-    sw = demo_sweep(strength=STRENGTH, quick=smoke)
+    sw = demo_sweep(strength=STRENGTH, seeds=tuple(seeds or DEMO_SEEDS), quick=smoke,
+                    **DEMO_OPTIONS)
     if smoke:  # one epoch each: a first look in a minute or two, not a result
         sw.base = with_overrides(sw.base, **{"teacher_train.epochs": 1,
                                              "student_train.epochs": 1})
@@ -46,19 +65,100 @@ def demo_config(smoke: bool, strengths: list[float] | None = None,
 
 
 def sweep_dir(runs: str | os.PathLike, smoke: bool) -> Path:
-    """The demo sweep's folder inside the notebooks' runs folder."""
+    """The demo sweep's folder inside the runs folder: ``<runs>/demo``, the folder
+    ``anchorviz demo`` writes by default when ``runs`` is the repository's ``runs/``
+    (``<runs>/demo-smoke`` in smoke mode, whose 1-epoch runs are not the demo's)."""
     return Path(runs) / ("demo-smoke" if smoke else "demo")
+
+
+def sweep_runs(sw: SweepConfig) -> dict[str, str]:
+    """``{run id: kind}`` (content hashes; kind teacher / ceiling / student) of every run of a
+    sweep."""
+    ids: dict[str, str] = {}
+    for cfg in expand_sweep(sw):
+        ids[run_id_for(teacher_key(cfg))] = "teacher"
+        if cfg.ceiling:
+            ids[run_id_for(student_key(cfg, "ceiling"))] = "ceiling"
+        ids[run_id_for(student_key(cfg, "student"))] = "student"
+    return ids
 
 
 def sweep_run_ids(sw: SweepConfig) -> set[str]:
     """The run ids (content hashes) of every teacher, ceiling and student of a sweep."""
-    ids = set()
-    for cfg in expand_sweep(sw):
-        ids.add(run_id_for(teacher_key(cfg)))
-        if cfg.ceiling:
-            ids.add(run_id_for(student_key(cfg, "ceiling")))
-        ids.add(run_id_for(student_key(cfg, "student")))
-    return ids
+    return set(sweep_runs(sw))
+
+
+def _finished(folder: Path, run_id: str) -> bool:
+    try:
+        man = json.loads((folder / "runs" / run_id / "MANIFEST.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(man, dict) and man.get("status") == "finished"
+
+
+# CPU seconds on one torch thread, (low, high), measured on the 2-core development machine at
+# 48 tokens (docs/BENCHMARKS.md: the demo's 5 runs in 7.9 CPU-minutes idle; docs/RESULTS.md:
+# 1.9 s per MiniLM-L6 step of 16 pairs with two runs side by side); scaled by length below
+_TEACHER_STEP_S = (0.5, 1.1)
+_STUDENT_STEP_S = (1.0, 1.9)
+_CAPTURE_PAIR_S = (0.03, 0.07)  # scoring + hidden-state capture + drift, per evaluated pair
+
+
+def run_minutes(sw: SweepConfig, kind: str) -> tuple[float, float]:
+    """Rough (low, high) CPU-minutes of one run of ``kind`` (teacher / ceiling / student) of the
+    sweep's base config on one CPU thread (MiniLM-sized models; larger models cost more)."""
+    base = sw.base
+    d = base.data
+    scale = max(1.0, d.max_length / 48)
+    n_eval = d.val + d.source_test + len(d.targets) * d.target_test
+    if kind == "teacher":
+        tc, n_train, step = base.teacher_train, d.teacher_train, _TEACHER_STEP_S
+        per_pair = tuple(c / 3 for c in _CAPTURE_PAIR_S)  # scores only, no capture
+    else:
+        tc, n_train, step = base.student_train, d.w2s_train, _STUDENT_STEP_S
+        per_pair = _CAPTURE_PAIR_S
+    steps = math.ceil(n_train / tc.batch_size) * tc.epochs
+    return tuple((steps * s + n_eval * c) * scale / 60 for s, c in zip(step, per_pair))
+
+
+def plan(sw: SweepConfig, folder: str | os.PathLike) -> dict:
+    """What running ``sw`` into ``folder`` will cost: ``{"total", "stored", "missing" (run ids
+    to train), "cpu_minutes" (low, high), "wall_minutes" (low, high), "jobs"}``."""
+    from anchorviz.runner import default_jobs
+
+    folder = Path(folder)
+    runs = sweep_runs(sw)
+    missing = {rid: kind for rid, kind in runs.items() if not _finished(folder, rid)}
+    cost = {k: run_minutes(sw, k) for k in ("teacher", "student")}
+    per = [cost["teacher" if k == "teacher" else "student"] for k in missing.values()]
+    cpu = (sum(p[0] for p in per), sum(p[1] for p in per))
+    jobs = default_jobs()
+    n_teachers = sum(k == "teacher" for k in missing.values())
+    others = [p for p, k in zip(per, missing.values()) if k != "teacher"]
+    width = max(1, min(jobs, len(others)))
+    # teachers first (students wait for their labels), then the students side by side
+    wall = tuple((cost["teacher"][i] * (1 if n_teachers else 0)
+                  + sum(p[i] for p in others) / width) for i in (0, 1))
+    return {"total": len(runs), "stored": len(runs) - len(missing), "missing": sorted(missing),
+            "cpu_minutes": cpu, "wall_minutes": wall, "jobs": jobs}
+
+
+def describe_plan(sw: SweepConfig, folder: str | os.PathLike) -> str:
+    """One paragraph for the reader before a training cell: how many runs, how many already
+    stored (read, not retrained), and about how many minutes the rest will take."""
+    p = plan(sw, folder)
+    head = (f"This sweep has {p['total']} runs (teacher, ceiling and students per seed and "
+            f"strength) in {folder}. ")
+    if not p["missing"]:
+        return head + (f"All {p['total']} are already stored there (by `anchorviz demo` or an "
+                       "earlier notebook): the next cell only reads them (seconds).")
+    lo, hi = p["cpu_minutes"]
+    wlo, whi = p["wall_minutes"]
+    return head + (f"{p['stored']} are stored and will be read; {len(p['missing'])} will be "
+                   f"trained now: about {lo:.0f}-{hi:.0f} CPU-minutes, roughly "
+                   f"{max(1, round(wlo))}-{max(1, round(whi))} minutes here with "
+                   f"{p['jobs']} parallel worker(s), 2-3x longer when other jobs share the "
+                   "cores. Interrupting is safe: finished runs are kept and reused.")
 
 
 def ensure_sweep(sw: SweepConfig, folder: str | os.PathLike):

@@ -8,6 +8,7 @@ shown. Timings go to ``test-artifacts/notebook_timings.json``.
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import shutil
@@ -76,6 +77,93 @@ def test_notebook_stored_clean(name):
     assert "parameters" in first.metadata.get("tags", []), f"{name}: first code cell not tagged"
     assert 'os.environ.get("ANCHORVIZ_SMOKE") == "1"' in first.source
     assert "ANCHORVIZ_NOTEBOOK_RUNS" in first.source
+
+
+def _smoke_module():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("_anchorviz_nb_smoke_t", NOTEBOOK_DIR / "_smoke.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _parameters(name: str) -> dict:
+    """The parameters cell of a notebook, run as a user would (no environment overrides)."""
+    first = next(c for c in _read(name).cells if c.cell_type == "code")
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("ANCHORVIZ_SMOKE", "ANCHORVIZ_NOTEBOOK_RUNS")}
+    ns: dict = {}
+    with mock.patch.dict(os.environ, env, clear=True):
+        exec(first.source, ns)  # noqa: S102 -- our own notebook's parameters cell
+    return ns
+
+
+@pytest.mark.parametrize("name", NOTEBOOKS[:3])
+def test_notebooks_default_to_the_demo_store(name):
+    """Full size, 01-03 read the very runs `anchorviz demo` writes: the same folder (its
+    --out default, from the notebooks' folder) and the same run ids (content hashes)."""
+    from anchorviz.cli import build_parser, demo_sweep
+
+    smoke = _smoke_module()
+    params = _parameters(name)
+    assert params["SMOKE"] is False and params["SEEDS"] is None
+    demo = build_parser().parse_args(["demo"])
+    folder = smoke.sweep_dir(NOTEBOOK_DIR / params["RUNS"], smoke=False)
+    assert folder.resolve() == (REPO / demo.out).resolve()
+    # what cmd_demo passes: every demo option at its command-line default
+    opts = {k: getattr(demo, k) for k in inspect.signature(demo_sweep).parameters
+            if k not in ("strength", "seeds", "quick") and hasattr(demo, k)}
+    want = smoke.sweep_run_ids(demo_sweep(strength=demo.strength, seeds=tuple(demo.seeds), **opts))
+    assert smoke.sweep_run_ids(smoke.demo_config(False, seeds=params["SEEDS"])) == want
+    # and `anchorviz demo --seeds 0 1 2` is matched by SEEDS = [0, 1, 2]
+    assert smoke.sweep_run_ids(smoke.demo_config(False, seeds=[0, 1, 2])) == \
+        smoke.sweep_run_ids(demo_sweep(strength=demo.strength, seeds=(0, 1, 2), **opts))
+
+
+@pytest.mark.parametrize("name", NOTEBOOKS)
+def test_every_training_cell_is_announced(name):
+    """A cell that trains (``ensure_sweep``) comes after a cell that says how many runs it
+    will train and roughly how long (``describe_plan`` / ``plan``)."""
+    code = [c.source for c in _read(name).cells if c.cell_type == "code"]
+    trains = [i for i, src in enumerate(code) if "ensure_sweep(" in src]
+    assert trains, f"{name}: no training cell found"
+    for i in trains:
+        assert any("describe_plan(" in src or "_smoke.plan(" in src for src in code[:i]), \
+            f"{name}: code cell {i} trains without saying beforehand what it costs"
+        assert "describe_plan(" not in code[i] and "_smoke.plan(" not in code[i]
+
+
+def test_describe_plan_counts_stored_runs(tmp_path):
+    smoke = _smoke_module()
+    sw = smoke.demo_config(True)
+    runs = sorted(smoke.sweep_runs(sw))
+    text = smoke.describe_plan(sw, tmp_path)
+    assert f"0 are stored and will be read; {len(runs)} will be trained now" in text
+    assert "CPU-minutes" in text
+    for rid in runs[:2]:
+        (tmp_path / "runs" / rid).mkdir(parents=True)
+        (tmp_path / "runs" / rid / "MANIFEST.json").write_text(json.dumps({"status": "finished"}))
+    (tmp_path / "runs" / runs[2]).mkdir(parents=True)  # a failed run is trained again
+    (tmp_path / "runs" / runs[2] / "MANIFEST.json").write_text(json.dumps({"status": "failed"}))
+    p = smoke.plan(sw, tmp_path)
+    assert p["stored"] == 2 and sorted(p["missing"]) == runs[2:]
+    lo, hi = p["cpu_minutes"]
+    assert 0 < lo < hi
+    for rid in runs[2:]:
+        (tmp_path / "runs" / rid).mkdir(parents=True, exist_ok=True)
+        (tmp_path / "runs" / rid / "MANIFEST.json").write_text(json.dumps({"status": "finished"}))
+    assert f"All {len(runs)} are already stored" in smoke.describe_plan(sw, tmp_path)
+
+
+def test_notebooks_cite_no_file_outside_the_repository():
+    """Prose and code name only files a user of the repository has."""
+    for name in NOTEBOOKS:
+        text = "\n".join(c.source for c in _read(name).cells)
+        for ref in ("MISSION.md", "DESIGN.md", "PILOT.md", "STYLE.md", "../shared", "shared/PILOT"):
+            assert ref not in text, f"{name} cites {ref}"
+        assert "the pilot" not in text.lower(), f"{name} cites the pilot"
+    assert "PILOT.md" not in (NOTEBOOK_DIR / "_smoke.py").read_text()
 
 
 # --------------------------------------------------------------------------- execution
