@@ -4,8 +4,8 @@ All inputs are 1-D array-likes (numpy arrays, lists, CPU tensors); accuracies ar
 [0, 1] (not percentages). A pair is *correct* when the reward of its chosen response exceeds the
 reward of its rejected one; a tie counts half (per-pair correctness is 1, 0.5 or 0).
 
-Transfer scores (MISSION.md), from the teacher's and the student's accuracies on the source
-dataset's held-out split (ID) and on a target dataset (OOD)::
+Transfer scores (the paper's definitions), from the teacher's and the student's accuracies on
+the source dataset's held-out split (ID) and on a target dataset (OOD)::
 
     WRG = Acc_student(ID)  - Acc_teacher(ID)
     AOG = Acc_student(OOD) - Acc_teacher(OOD)

@@ -1,4 +1,8 @@
-"""The protocol on real preference pairs from ../shared/realdata (split by prompt).
+"""The protocol on real preference pairs from the local real-data folder (split by prompt).
+
+The real-data extracts are not part of the repository: ``anchorviz.paths.realdata_dir()``
+finds them in ``$ANCHORVIZ_REALDATA`` or a ``shared/realdata`` folder beside the checkout
+(``data/manifests/realdata-*.yaml`` describe each file).
 
 Harmless: PKU-SafeRLHF -> HH harmless and the reverse; Helpful: UltraFeedback -> PandaLM and
 the reverse. Teacher minilm-l3, student minilm-l6, naive and ANCHOR (lambda grid, last layer),
@@ -40,8 +44,8 @@ def base_config(source: str, target: str, sizes, max_length: int) -> RunConfig:
     cfg.ceiling = False
     cfg.capture.projection = "pca"
     # the optimiser settings chosen on the DEFAULT's source validation (docs/RESULTS.md): with
-    # the head at the backbone's lr the soft labels stay near 0.5 and the student learns nothing
-    # (PILOT.md: mean q 0.505 on PKU-SafeRLHF); not re-tuned per transfer
+    # the zero-initialised head at the backbone's lr the teacher's soft labels stay near 0.5 and
+    # the student learns next to nothing (seen on PKU-SafeRLHF too); not re-tuned per transfer
     for tc in (cfg.teacher_train, cfg.student_train):
         tc.lr, tc.head_lr, tc.epochs, tc.batch_size = 5e-5, 2e-3, 2, 16
     return cfg
