@@ -116,15 +116,25 @@ def cmd_sweep(args) -> int:
 
 
 def cmd_report(args) -> int:
-    path = Path(args.dir)
-    if not (path / "results.parquet").is_file():
-        from anchorviz.experiment import results_table
+    """Rebuild the results table from the run folders (a stale, damaged or truncated
+    ``results.parquet`` is never trusted), say which runs could not be read, write the report."""
+    from anchorviz.experiment import results_table
 
-        if not (path / "runs").is_dir():
-            print(f"error: {path} is not an anchorviz sweep / run folder (no runs/ inside)",
-                  file=sys.stderr)
-            return EXIT_CONFIG
-        results_table(path)
+    path = Path(args.dir)
+    if not (path / "runs").is_dir():
+        print(f"error: {path} is not an anchorviz sweep / run folder (no runs/ inside)",
+              file=sys.stderr)
+        return EXIT_CONFIG
+    df = results_table(path)
+    unreadable = df.attrs.get("unreadable") or {}
+    if unreadable:
+        print(f"warning: {len(unreadable)} run folder(s) in {path / 'runs'} could not be read "
+              "and are not in the report:", file=sys.stderr)
+        for run_id, why in sorted(unreadable.items()):
+            print(f"  {run_id}: {why}", file=sys.stderr)
+    if not len(df):
+        print(f"error: {path} holds no finished run that could be read", file=sys.stderr)
+        return EXIT_DATA
     print(f"HTML report: {_write_report(path, args.output)}")
     return EXIT_OK
 

@@ -191,7 +191,127 @@ class RunConfig:
                 getattr(self, name).validate()
             except TrainError as err:  # say which of the two sections
                 raise ConfigError(f"{name}: {err}") from None
+        self._validate_more()
         return self
+
+    def _validate_more(self) -> None:
+        """The checks that once passed validation and failed only after the teacher had trained
+        (or passed silently): devices, capture settings, sizes, names, the protocol's inputs."""
+        from anchorviz.models import POOLINGS
+
+        d, m, c = self.data, self.method, self.capture
+        for name in ("teacher_train", "student_train"):
+            t = getattr(self, name)
+            _check_device(t.device, f"{name}.device")
+            _check_int(t.eval_every, f"{name}.eval_every", 0, "(optimiser steps between "
+                       "validations; 0 = once per epoch)")
+        _check_int(d.max_length, "data.max_length", 4, "tokens")
+        _check_int(c.batch_size, "capture.batch_size", 1, "pairs")
+        _check_int(c.token_sample, "capture.token_sample", 0, "(0 = no token sample)")
+        _check_int(c.projection_fit_rows, "capture.projection_fit_rows", 2, "rows")
+        _check_int(c.n_boot, "capture.n_boot", 1, "bootstrap resamples")
+        if not (isinstance(c.layers, str) and _LAYER_SPEC.fullmatch(c.layers)):
+            raise ConfigError("capture.layers must be 'all', 'last', 'middle' or comma-separated "
+                              f"layer indices >= 0 such as '0,3,6', got {c.layers!r}")
+        if self.models.pooling not in POOLINGS:
+            raise ConfigError(f"models.pooling must be one of {POOLINGS}, got {self.models.pooling!r}")
+        for k in ("teacher", "student"):
+            v = getattr(self.models, k)
+            if not (isinstance(v, str) and v.strip()):
+                raise ConfigError(f"models.{k} must name a zoo model, a local folder or a hub id, "
+                                  f"got {v!r}")
+        if not (isinstance(m.aux_coef, (int, float)) and 0 <= m.aux_coef <= 1):
+            raise ConfigError(f"method.aux_coef must be in [0, 1], got {m.aux_coef!r}")
+        if not (isinstance(m.aux_warmup_frac, (int, float)) and 0 <= m.aux_warmup_frac <= 1):
+            raise ConfigError(f"method.aux_warmup_frac must be in [0, 1], got {m.aux_warmup_frac!r}")
+        if not (isinstance(d.source, str) and d.source.strip()):
+            raise ConfigError(f"data.source must name a dataset or a local file, got {d.source!r}")
+        names: dict[str, str] = {}
+        for t in d.targets:
+            if not (isinstance(t, str) and t.strip()):
+                raise ConfigError(f"data.targets: {t!r} is not a dataset name or a local file")
+            if _same_dataset(t, d.source):
+                raise ConfigError(
+                    f"data.targets: {t!r} is the source dataset ({d.source!r}); a target must be "
+                    "another dataset, or its 'out-of-distribution' accuracy is in-distribution")
+            short = target_name(t)
+            if short in names:
+                raise ConfigError(f"data.targets: {t!r} and {names[short]!r} are the same target "
+                                  f"(both named {short!r})")
+            names[short] = t
+
+
+_LAYER_SPEC = re.compile(r"last|middle|all| *\d+ *(, *\d+ *)*")
+
+
+def _check_int(value: Any, where: str, low: int, unit: str) -> None:
+    if not (isinstance(value, int) and not isinstance(value, bool) and value >= low):
+        raise ConfigError(f"{where} must be an integer >= {low} {unit}, got {value!r}")
+
+
+def _check_device(device: Any, where: str) -> None:
+    """A device torch knows and this machine has: ``cpu``, ``cuda[:i]`` or ``mps``.
+    ``$ANCHORVIZ_REMOTE_DEVICES=1`` skips the "this machine has it" part, for a driver that
+    only hands the runs to other machines (e.g. GPU workers of a Ray cluster)."""
+    if not isinstance(device, str) or not device.strip():
+        raise ConfigError(f"{where} must be a device name such as 'cpu' or 'cuda', got {device!r}")
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, ValueError):
+        raise ConfigError(f"{where}: {device!r} is not a device; use 'cpu', 'cuda', "
+                          "'cuda:<index>' or 'mps'") from None
+    if dev.type not in ("cpu", "cuda", "mps"):
+        raise ConfigError(f"{where}: device type {dev.type!r} is not supported (cpu, cuda, mps)")
+    if dev.type == "cpu" or os.environ.get("ANCHORVIZ_REMOTE_DEVICES", "") in ("1", "true", "yes"):
+        return
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            built = f"CUDA {torch.version.cuda}" if torch.version.cuda else "without CUDA"
+            raise ConfigError(f"{where} is {device!r} but CUDA is not available here (torch "
+                              f"{torch.__version__}, built {built}); set {where}: cpu (or "
+                              "ANCHORVIZ_REMOTE_DEVICES=1 when other machines run the work)")
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise ConfigError(f"{where} is {device!r} but this machine has "
+                              f"{torch.cuda.device_count()} CUDA device(s)")
+        return
+    if dev.type == "mps":
+        if not torch.backends.mps.is_available():
+            raise ConfigError(f"{where} is {device!r} but MPS is not available here; set {where}: cpu")
+
+
+_MANIFESTS: dict[str, dict] = {}
+
+
+def _dataset_manifests() -> dict[str, dict]:
+    """The named datasets' manifests (read once per process: keys and validation ask often)."""
+    if not _MANIFESTS:
+        from anchorviz.data import _manifests
+
+        _MANIFESTS.update(_manifests())
+    return _MANIFESTS
+
+
+def _dataset_identity(name: str) -> str:
+    """A dataset's name, or the resolved file behind a local path (or a manifest's local file)."""
+    from anchorviz.data import _manifest_local_path
+
+    manifests = _dataset_manifests()
+    if name in manifests:
+        if manifests[name].get("local_file"):
+            try:
+                return str(_manifest_local_path(manifests[name]).resolve())
+            except Exception:  # realdata folder absent ...: the name alone
+                return name
+        return name
+    path = Path(name).expanduser()
+    return str(path.resolve()) if path.exists() else name
+
+
+def _same_dataset(a: str, b: str) -> bool:
+    """Same name, or the same file under another spelling of its path. (A copy under another
+    name is not refused: its pairs that overlap the source's training splits are dropped and
+    counted by the split protocol, `data.protocol_splits`.)"""
+    return a == b or _dataset_identity(a) == _dataset_identity(b)
 
 
 def _type_ok(value: Any, tp: Any) -> bool:
@@ -254,10 +374,13 @@ def load_config(path: str | Path) -> RunConfig:
     if not path.is_file():
         raise ConfigError(f"config file {path} does not exist")
     try:
-        data = read_yaml(path)
+        data = read_yaml(path)  # a duplicate key is an error, not "the last one wins"
     except Exception as err:  # yaml.YAMLError and friends
         raise ConfigError(f"{path}: not valid YAML ({err})") from None
-    return config_from_dict(data or {}, where=str(path))
+    if data is None:  # an empty file (or only comments) would start a long default run
+        raise ConfigError(f"{path}: the config file is empty; write the settings to change "
+                          "(or '{}' to run every default on purpose)")
+    return config_from_dict(data, where=str(path))
 
 
 def with_overrides(cfg: RunConfig, **overrides: Any) -> RunConfig:
@@ -291,8 +414,14 @@ def _group_key(df: pd.DataFrame, setting: str):
 
 
 def target_name(dataset: str) -> str:
-    """Short name of a target dataset for split / column names (``vader-amazon`` -> ``amazon``)."""
-    return dataset.split("vader-", 1)[-1] if dataset.startswith("vader-") else dataset.replace("/", "_")
+    """Short name of a target dataset for split / column / file names (``vader-amazon`` ->
+    ``amazon``, a path ``/data/t.jsonl`` -> ``_data_t.jsonl``). It becomes part of file names
+    (captures, drift), so it goes through the one sanitiser, `anchorviz.paths.safe_component`:
+    ``vader-../../t.jsonl`` cannot name a file outside the run folder."""
+    from anchorviz.paths import safe_component
+
+    short = dataset.split("vader-", 1)[-1] if dataset.startswith("vader-") else dataset.replace("/", "_")
+    return safe_component(short)
 
 
 def data_config(cfg: RunConfig) -> DataConfig:
@@ -434,11 +563,44 @@ def _encode(tok, df: pd.DataFrame, cfg: RunConfig):
     return encode_pairs(tok, df, max_length=cfg.data.max_length)
 
 
+def _is_local_data(name: str) -> bool:
+    return Path(name).expanduser().exists() and name not in _dataset_manifests()
+
+
+def _is_local_model(name: str) -> bool:
+    from anchorviz.zoo import ZOO
+
+    return name not in ZOO and Path(name).expanduser().is_dir()
+
+
+def local_inputs(cfg: RunConfig, model: str) -> dict[str, str]:
+    """``{path: content fingerprint}`` of the run's local inputs (`anchorviz.paths.fingerprint`):
+    data files / folders given as paths, and ``model`` when it is a local folder. Named
+    datasets, zoo models and hub ids are not local: they have none, so their run keys (and
+    ids) are what they were before fingerprints existed."""
+    from anchorviz.paths import fingerprint
+
+    d = cfg.data
+    out = {n: fingerprint(n) for n in [d.source, *d.targets] if _is_local_data(n)}
+    if _is_local_model(model):
+        out[model] = fingerprint(model)
+    return out
+
+
+def _with_inputs(key: dict, cfg: RunConfig, model: str) -> dict:
+    inputs = local_inputs(cfg, model)
+    if inputs:  # only for local paths: a key of named inputs stays as it was
+        key["inputs"] = inputs
+    return key
+
+
 def teacher_key(cfg: RunConfig) -> dict:
-    return {"kind": "teacher", "code": TRAINING_CODE_VERSION, "data": data_key(data_config(cfg)),
-            "model": cfg.models.teacher,
-            "pooling": cfg.models.pooling, "dropout": cfg.models.teacher_dropout,
-            "dtype": cfg.models.dtype, "train": asdict(cfg.teacher_train), "seed": cfg.seed}
+    return _with_inputs(
+        {"kind": "teacher", "code": TRAINING_CODE_VERSION, "data": data_key(data_config(cfg)),
+         "model": cfg.models.teacher,
+         "pooling": cfg.models.pooling, "dropout": cfg.models.teacher_dropout,
+         "dtype": cfg.models.dtype, "train": asdict(cfg.teacher_train), "seed": cfg.seed},
+        cfg, cfg.models.teacher)
 
 
 def student_key(cfg: RunConfig, kind: str) -> dict:
@@ -458,13 +620,15 @@ def student_key(cfg: RunConfig, kind: str) -> dict:
         else:  # the side-symmetric hardening (h = 1[r_a > r_b]) replaced the batch quantile
             meth["confidence_hardening"] = "margin"
         key["method"] = meth
-    return key
+    return _with_inputs(key, cfg, m.student)
 
 
 def reference_key(cfg: RunConfig) -> dict:
     m = cfg.models
-    return {"kind": "reference", "data": data_key(data_config(cfg)), "model": m.student, "pooling": m.pooling,
-            "dtype": m.dtype, "capture_layers": cfg.capture.layers}
+    return _with_inputs(
+        {"kind": "reference", "data": data_key(data_config(cfg)), "model": m.student,
+         "pooling": m.pooling, "dtype": m.dtype, "capture_layers": cfg.capture.layers},
+        cfg, m.student)
 
 
 def run_id_for(key: dict) -> str:
@@ -779,14 +943,15 @@ def soft_labels(margin: np.ndarray, method: MethodConfig) -> np.ndarray:
     return 1.0 / (1.0 + np.exp(-margin / method.label_temperature))
 
 
-def _save_weights(model, tmp: Path, full: bool) -> None:
-    from safetensors.torch import save_file
+def _save_weights(model, tmp: Path, full: bool = True) -> None:
+    """Save the trained model as ``checkpoint/trainable.safetensors``: the reward head plus the
+    LoRA adapters, or every backbone weight of a full fine-tune, with the base model's identity
+    in the metadata (`anchorviz.models.save_checkpoint`; `load_run_model` reads it back).
+    ``full`` is ignored: the checkpoint always covers what was trained (it once chose a
+    head-only file, which made a fully fine-tuned student's checkpoint not the student)."""
+    from anchorviz.models import CHECKPOINT_FILE, save_checkpoint
 
-    from anchorviz.models import head_state, trainable_state
-
-    (tmp / "checkpoint").mkdir(exist_ok=True)
-    state = trainable_state(model) if full else head_state(model)
-    save_file(state, str(tmp / "checkpoint" / "trainable.safetensors"))
+    save_checkpoint(model, tmp / CHECKPOINT_FILE)
 
 
 def _seam_labels(store, cfg: RunConfig, data, teacher: RunResult, q: np.ndarray, tmp: Path):
@@ -995,10 +1160,13 @@ def load_sweep(path: str | Path) -> SweepConfig:
     if not path.is_file():
         raise ConfigError(f"sweep file {path} does not exist")
     try:
-        data = read_yaml(path)
+        data = read_yaml(path)  # a duplicate key is an error, not "the last one wins"
     except Exception as err:  # yaml.YAMLError (python tags included), UnicodeDecodeError
         raise ConfigError(f"{path}: not valid YAML ({err})") from None
-    return sweep_from_dict(data or {}, str(path))
+    if data is None:  # an empty file (or only comments) would start the default grid
+        raise ConfigError(f"{path}: the sweep file is empty; give 'base' and 'grid' "
+                          "(or '{}' to run the default grid on purpose)")
+    return sweep_from_dict(data, str(path))
 
 
 def expand_sweep(sw: SweepConfig) -> list[RunConfig]:
@@ -1046,27 +1214,97 @@ def sweep(sw: SweepConfig, out_dir: str | Path, jobs: int | None = None, threads
 
 
 def results_table(out_dir: str | Path) -> pd.DataFrame:
-    """One row per finished run (columns: docs/ARCHITECTURE.md); written as parquet and CSV."""
+    """One row per finished run (columns: docs/ARCHITECTURE.md), always rebuilt from the run
+    folders; written as parquet and CSV (removed when no run can be read).
+
+    Run folders that cannot be read (not finished, failed, corrupted, unparseable) are left
+    out, logged, and listed in ``df.attrs["unreadable"]`` (``{run id: why}``). Runs of
+    different base configs in one folder (another lr, split size, model ...) get ``cfg.<key>``
+    columns holding the settings that tell them apart (`base_config_columns`)."""
     from anchorviz.store import RunStore, read_yaml
 
     store = RunStore(out_dir)
-    rows = []
-    for run_id in store.finished_runs():
+    rows, keys = [], []
+    finished, unreadable = store.scan()
+    for run_id in finished:
         d = store.run_dir(run_id)
-        m = json.loads((d / "metrics.json").read_text())
-        key = read_yaml(d / "config.yaml")
-        rows.append(_result_row(run_id, key, m, d))
+        try:
+            m = json.loads((d / "metrics.json").read_text())
+            key = read_yaml(d / "config.yaml")
+            rows.append(_result_row(run_id, key, m, d))
+            keys.append(key)
+        except Exception as err:  # verified, but not readable by this version of the code
+            unreadable[run_id] = f"{type(err).__name__}: {err}"
+    for run_id, why in unreadable.items():
+        logger.warning("results table of %s: run %s left out (%s)", out_dir, run_id, why)
     df = pd.DataFrame(rows)
+    sort = ["artifact_strength", "seed", "kind", "method", "anchor_lambda", "anchor_layers"]
     if len(df):
-        df = df.sort_values(["artifact_strength", "seed", "kind", "method", "anchor_lambda",
-                             "anchor_layers"]).reset_index(drop=True)
+        extra = base_config_columns(keys)
+        if extra:
+            logger.warning("results table of %s: runs of %d different base configs; the columns "
+                           "%s tell them apart", out_dir,
+                           len({tuple(v) for v in zip(*extra.values())}), sorted(extra))
+            for col, values in extra.items():
+                df[col] = values
+            sort = sorted(extra) + sort
+        df = df.sort_values(sort).reset_index(drop=True)
         tmp = Path(out_dir) / f".results.parquet.{os.getpid()}.tmp"
         df.to_parquet(tmp)
         tmp.replace(Path(out_dir) / "results.parquet")
         tmp = Path(out_dir) / f".results.csv.{os.getpid()}.tmp"
         df.to_csv(tmp, index=False)
         tmp.replace(Path(out_dir) / "results.csv")
+    else:  # a table left by an earlier call must not outlive the runs it listed
+        for name in ("results.parquet", "results.csv"):
+            (Path(out_dir) / name).unlink(missing_ok=True)
+    df.attrs["unreadable"] = dict(unreadable)
     return df
+
+
+# dotted run-key settings that a sweep's grid varies (they have their own table columns)
+_GRID_SETTINGS = {"kind", "seed", "method.name", "method.anchor_lambda", "method.anchor_layers",
+                  "data.artifact_strength"}
+
+
+def _base_settings(key: dict) -> dict[str, str]:
+    """A run key flattened to ``{dotted setting: JSON value}`` without the grid's dimensions;
+    with ``data.split_per_seed`` the split seed is given as the base's (``split_seed - seed``)."""
+    flat: dict[str, str] = {}
+
+    def walk(prefix: str, value: Any) -> None:
+        if isinstance(value, dict):
+            for k, v in value.items():
+                walk(f"{prefix}.{k}" if prefix else str(k), v)
+            return
+        rel = prefix[len("teacher."):] if prefix.startswith("teacher.") else prefix
+        if rel not in _GRID_SETTINGS:
+            flat[prefix] = json.dumps(value, sort_keys=True, default=str)
+
+    walk("", key)
+    for pre in ("", "teacher."):
+        data = key.get("teacher", {}).get("data") if pre else key.get("data")
+        seed = key.get("teacher", {}).get("seed") if pre else key.get("seed")
+        if isinstance(data, dict) and data.get("split_per_seed") and isinstance(seed, int):
+            flat[f"{pre}data.split_seed"] = json.dumps(data.get("split_seed", 0) - seed)
+    return flat
+
+
+def base_config_columns(keys: list[dict]) -> dict[str, list[str | None]]:
+    """``{"cfg.<setting>": value per run}`` for every setting (other than the grid's: seed,
+    method, lambda, layers, artefact strength) that differs between runs of the same kind and
+    method, i.e. between base configs; ``{}`` when one base config made every run. Values are
+    JSON text (None where a run's key lacks the setting, e.g. one made by older code)."""
+    flats = [_base_settings(k) for k in keys]
+    groups: dict[tuple, list[int]] = {}
+    for i, k in enumerate(keys):
+        meth = (k.get("method") or {}).get("name") if isinstance(k.get("method"), dict) else None
+        groups.setdefault((k.get("kind"), meth), []).append(i)
+    differ: set[str] = set()
+    for idx in groups.values():
+        names = set().union(*(flats[i] for i in idx))
+        differ |= {n for n in names if len({flats[i].get(n) for i in idx}) > 1}
+    return {f"cfg.{n}": [f.get(n) for f in flats] for n in sorted(differ)}
 
 
 def artifact_accuracy(run_dir: str | Path) -> dict[str, tuple[float, int]]:

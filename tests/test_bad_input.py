@@ -408,7 +408,9 @@ def test_load_config_missing_non_utf8_and_directory(tmp_path: Path) -> None:
     path.write_bytes(b"seed: 0\ndata: {source: caf\xe9}\n")
     with pytest.raises(ConfigError, match=r"latin1\.yaml: not valid YAML"):
         load_config(path)
-    assert load_config(write_yaml_text(tmp_path, "")).seed == 0  # empty = all defaults
+    with pytest.raises(ConfigError, match="the config file is empty"):  # not a silent default run
+        load_config(write_yaml_text(tmp_path, ""))
+    assert load_config(write_yaml_text(tmp_path, "{}\n")).seed == 0  # all defaults, on purpose
 
 
 EVIL_YAML = [
@@ -900,7 +902,9 @@ FORBIDDEN = {
     "pickle / dill / joblib loads": r"\b(c?pickle|dill|cloudpickle|joblib)\s*\.\s*loads?\s*\(",
     "torch.load without weights_only=True": r"torch\s*\.\s*load\s*\((?![^)]*weights_only\s*=\s*True)",
     "torch.save (pickles)": r"torch\s*\.\s*save\s*\(",
-    "yaml.load without a safe loader": r"yaml\s*\.\s*load\s*\((?![^)]*Loader\s*=\s*(yaml\.)?C?SafeLoader)",
+    # store._StrictLoader is a SafeLoader subclass (checked below) that refuses duplicate keys
+    "yaml.load without a safe loader":
+        r"yaml\s*\.\s*load\s*\((?![^)]*Loader\s*=\s*((yaml\.)?C?SafeLoader|_StrictLoader)\b)",
     "yaml.unsafe_load / full_load": r"yaml\s*\.\s*(unsafe_load|full_load|load_all)\s*\(",
     "hard-coded trust_remote_code=True": r"trust_remote_code\s*=\s*True",
     "numpy allow_pickle=True": r"allow_pickle\s*=\s*True",
@@ -911,6 +915,12 @@ FORBIDDEN = {
 
 
 def test_no_unsafe_deserialisation_or_remote_code_in_the_package() -> None:
+    import yaml
+
+    from anchorviz.store import _StrictLoader
+
+    assert issubclass(_StrictLoader, yaml.SafeLoader)
+    assert _StrictLoader.yaml_constructors.get("tag:yaml.org,2002:python/object/apply") is None
     files = sorted(PACKAGE.rglob("*.py"))
     assert len(files) >= 10
     hits = []

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import io
-import sys
 import tarfile
 from pathlib import Path
 
@@ -199,35 +198,32 @@ def test_sha_mismatch_is_rejected(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     assert not list(folder.glob("parsed-v*/*.parquet"))
 
 
-def test_offline_message_names_pip_command(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_offline_message_names_the_file_to_fetch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     folder = _isolated_cache(tmp_path, monkeypatch)
     monkeypatch.setenv("ANCHORVIZ_OFFLINE", "1")
     with pytest.raises(VaderDataError) as err:
         ensure_vader_sdist()
     msg = str(err.value)
-    assert "pip download --no-deps --no-binary :all: vaderSentiment==3.3.2" in msg
-    assert str(folder) in msg
+    assert vader.VADER_SDIST_URL in msg and vader.VADER_SDIST_SHA256 in msg
+    assert str(folder) in msg and "do not fetch it with `pip download`" in msg
 
 
-def _fake_pip(monkeypatch: pytest.MonkeyPatch, source: Path | None) -> None:
-    """Replace the pip command by one that copies ``source`` into the folder (or fails)."""
+def _fake_index(monkeypatch: pytest.MonkeyPatch, source: Path | None) -> None:
+    """Make the index lookup give a file:// URL of ``source`` (or fail as offline)."""
 
-    def cmd(dest: Path | str) -> list[str]:
+    def url(index: str | None = None) -> str:
         if source is None:
-            return [sys.executable, "-c", "import sys; sys.exit(3)"]
-        code = (
-            f"import shutil; shutil.copy({str(source)!r}, {str(Path(dest) / VADER_SDIST_NAME)!r})"
-        )
-        return [sys.executable, "-c", code]
+            raise OSError("<urlopen error [Errno -3] Temporary failure in name resolution>")
+        return source.resolve().as_uri()
 
-    monkeypatch.setattr(vader, "pip_download_command", cmd)
+    monkeypatch.setattr(vader, "sdist_url", url)
 
 
 def test_download_path_verifies_and_caches(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, real_sdist: Path
 ) -> None:
     folder = _isolated_cache(tmp_path, monkeypatch)
-    _fake_pip(monkeypatch, real_sdist)
+    _fake_index(monkeypatch, real_sdist)
     got = ensure_vader_sdist(download=True)
     assert got == folder / VADER_SDIST_NAME and got.exists()
     assert not list(folder.glob(".download-*"))
@@ -237,12 +233,12 @@ def test_download_bad_file_or_failure(tmp_path: Path, monkeypatch: pytest.Monkey
     folder = _isolated_cache(tmp_path, monkeypatch)
     bad = tmp_path / "bad.tar.gz"
     bad.write_bytes(b"tampered")
-    _fake_pip(monkeypatch, bad)
+    _fake_index(monkeypatch, bad)
     with pytest.raises(VaderDataError, match="sha256"):
         ensure_vader_sdist(download=True)
     assert not (folder / VADER_SDIST_NAME).exists()
-    _fake_pip(monkeypatch, None)
-    with pytest.raises(VaderDataError, match="pip exited with 3"):
+    _fake_index(monkeypatch, None)
+    with pytest.raises(VaderDataError, match="the download failed .*name resolution"):
         ensure_vader_sdist(download=True)
     assert not (folder / VADER_SDIST_NAME).exists()
     assert not list(folder.glob(".download-*"))

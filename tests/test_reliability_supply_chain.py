@@ -1,0 +1,131 @@
+"""Issue 19.6: fetching the VADER sdist runs nothing of the package before (or after) its sha256
+matched. A local package index serves a fake ``vaderSentiment-3.3.2.tar.gz`` whose in-tree
+build backend writes a marker file when imported, as ``pip download`` would (it prepares the
+metadata of an sdist, i.e. runs its build code): the download must fail on the hash and the
+marker must not exist."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import http.server
+import io
+import json
+import tarfile
+import threading
+from pathlib import Path
+
+import pytest
+
+from anchorviz import vader
+from anchorviz.vader import VADER_SDIST_NAME, VADER_SDIST_SHA256, VaderDataError, ensure_vader_sdist
+
+
+def _fake_sdist(path: Path, marker: Path) -> Path:
+    root = "vaderSentiment-3.3.2"
+    files = {
+        "pyproject.toml": '[build-system]\nrequires = []\nbuild-backend = "backend"\n'
+                          'backend-path = ["."]\n',
+        "backend.py": (
+            f"open({str(marker)!r}, 'w').write('the package ran code')\n"
+            "def get_requires_for_build_wheel(config_settings=None):\n    return []\n"
+            "def prepare_metadata_for_build_wheel(d, config_settings=None):\n"
+            "    import os\n    p = os.path.join(d, 'vaderSentiment-3.3.2.dist-info')\n"
+            "    os.makedirs(p)\n    open(os.path.join(p, 'METADATA'), 'w').write("
+            "'Metadata-Version: 2.1\\nName: vaderSentiment\\nVersion: 3.3.2\\n')\n"
+            "    return 'vaderSentiment-3.3.2.dist-info'\n"),
+        "setup.py": f"open({str(marker)!r}, 'w').write('setup.py ran')\n",
+        "PKG-INFO": "Metadata-Version: 2.1\nName: vaderSentiment\nVersion: 3.3.2\n",
+    }
+    with tarfile.open(path, "w:gz") as tar:
+        for name, text in files.items():
+            data = text.encode()
+            info = tarfile.TarInfo(f"{root}/{name}")
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return path
+
+
+@pytest.fixture
+def index(tmp_path, monkeypatch):
+    """``serve(sdist, json_hash=None)`` -> the URL of a local simple index (PEP 503 HTML, or
+    PEP 691 JSON listing ``json_hash``) serving ``sdist`` as vaderSentiment 3.3.2; the cache is
+    isolated and pip / anchorviz are pointed at the index."""
+    monkeypatch.setenv("ANCHORVIZ_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv("ANCHORVIZ_OFFLINE", raising=False)
+    monkeypatch.delenv("ANCHORVIZ_INDEX_URL", raising=False)
+    servers = []
+
+    def serve(sdist: Path, json_hash: str | None = None) -> str:
+        root = tmp_path / f"index{len(servers)}"
+        (root / "files").mkdir(parents=True)
+        (root / "files" / VADER_SDIST_NAME).write_bytes(sdist.read_bytes())
+        page = root / "simple" / "vadersentiment"
+        page.mkdir(parents=True)
+        if json_hash is None:
+            (page / "index.html").write_text(
+                f'<html><body><a href="../../files/{VADER_SDIST_NAME}">{VADER_SDIST_NAME}</a>'
+                "</body></html>")
+        else:  # SimpleHTTPRequestHandler serves index.json as application/json
+            (page / "index.json").write_text(json.dumps({"files": [{
+                "filename": VADER_SDIST_NAME, "url": f"../../files/{VADER_SDIST_NAME}",
+                "hashes": {"sha256": json_hash}}]}))
+
+        class Handler(http.server.SimpleHTTPRequestHandler):
+            def log_message(self, *a):  # quiet
+                pass
+
+            def send_head(self):
+                if json_hash is not None and self.path.rstrip("/").endswith("vadersentiment"):
+                    self.path = self.path.rstrip("/") + "/index.json"
+                return super().send_head()
+
+        srv = http.server.ThreadingHTTPServer(
+            ("127.0.0.1", 0), functools.partial(Handler, directory=str(root)))
+        threading.Thread(target=srv.serve_forever, daemon=True).start()
+        servers.append(srv)
+        url = f"http://127.0.0.1:{srv.server_address[1]}/simple"
+        monkeypatch.setenv("PIP_INDEX_URL", url)  # what pip download would read, too
+        return url
+
+    yield serve
+    for srv in servers:
+        srv.shutdown()
+
+
+def test_a_fake_sdist_is_refused_on_its_hash_and_none_of_its_code_runs(tmp_path, index):
+    marker = tmp_path / "ran"
+    index(_fake_sdist(tmp_path / "fake.tar.gz", marker))
+    with pytest.raises(VaderDataError, match=f"has sha256 .*, expected {VADER_SDIST_SHA256}"):
+        ensure_vader_sdist(download=True)
+    assert not marker.exists(), "code of the downloaded package ran"
+    folder = vader.vader_cache_dir()
+    assert not (folder / VADER_SDIST_NAME).exists()
+    assert not list(folder.glob(".download-*"))
+
+
+def test_an_index_listing_another_hash_is_refused_before_downloading(tmp_path, index):
+    marker = tmp_path / "ran"
+    fake = _fake_sdist(tmp_path / "fake.tar.gz", marker)
+    index(fake, json_hash=hashlib.sha256(fake.read_bytes()).hexdigest())
+    with pytest.raises(VaderDataError, match="lists .* with sha256 .*not downloaded"):
+        ensure_vader_sdist(download=True)
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("as_json", [False, True], ids=["pep503-html", "pep691-json"])
+def test_the_genuine_sdist_is_downloaded_verified_and_cached(tmp_path, index, as_json):
+    genuine = Path.home() / ".cache" / "anchorviz" / "datasets" / "vader" / VADER_SDIST_NAME
+    if not genuine.is_file() or vader.sha256_file(genuine) != VADER_SDIST_SHA256:
+        pytest.skip("the genuine sdist is not in the default cache")
+    index(genuine, json_hash=VADER_SDIST_SHA256 if as_json else None)
+    got = ensure_vader_sdist(download=True)
+    assert got == vader.vader_cache_dir() / VADER_SDIST_NAME
+    assert vader.sha256_file(got) == VADER_SDIST_SHA256
+
+
+def test_no_pip_and_no_subprocess_in_the_download_path():
+    import inspect
+
+    src = inspect.getsource(vader)
+    assert "subprocess" not in src and "sys.executable" not in src  # no pip is ever started
