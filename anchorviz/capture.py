@@ -28,6 +28,7 @@ from safetensors.numpy import load_file, save_file
 from tqdm.auto import tqdm
 
 from anchorviz.models import RewardModel, pool_states
+from anchorviz.paths import bars_off
 from anchorviz.tokenization import EncodedPairs
 
 logger = logging.getLogger(__name__)
@@ -120,7 +121,7 @@ def capture_states(
 
     try:
         with ctx:
-            for start in tqdm(range(0, len(order), batch_size), desc=desc, disable=not progress,
+            for start in tqdm(range(0, len(order), batch_size), desc=desc, disable=bars_off(progress),
                               leave=False):
                 idx = order[start : start + batch_size].tolist()
                 batch, _ = joint_batch(encoded, idx)

@@ -18,18 +18,46 @@ EXIT_OK, EXIT_OTHER, EXIT_CONFIG, EXIT_DATA, EXIT_TRAIN, EXIT_INTERRUPT = 0, 1, 
 DEMO_NOTE = (
     "DEMO SCENARIO (constructed): VADER human sentiment ratings, source = movie reviews, targets = "
     "Amazon / NYT / tweets. A source-only artefact is planted: the marker ' [verified]' is appended "
-    "to the CHOSEN text of a fraction {s:.0%} of source pairs (teacher_train, w2s_train, source_test) "
-    "and is {mode} in the targets. It is a constructed shortcut, not a property of the data."
+    "to the CHOSEN text of a fraction {s:.0%} of source pairs (teacher_train, w2s_train, val, "
+    "source_test) and is {mode} in the targets. It is a constructed shortcut, not a property of "
+    "the data."
 )
+HIDDEN_NOTE = (
+    " The weak teacher can read the marker on only {v:.0%} of the marked pairs (on the others its "
+    "copy of the text lacks it, as if the marker lay beyond its context window); the strong "
+    "student reads every marker. Where the teacher reads the marker its labels follow it, so a "
+    "student can learn the marker from those pairs and apply it to the marked pairs the teacher "
+    "got wrong: an in-distribution gain made of the shortcut, which the targets (no marker) "
+    "cannot use."
+)
+# scenario -> (teacher visibility of the marker, what it shows)
+SCENARIOS = {
+    "hidden-cue": 0.5,  # the teacher reads half of the markers
+    "marker": 1.0,      # the teacher reads every marker (the contrast: it learns the shortcut too)
+}
+DEFAULT_SCENARIO = "marker"
 
 
-def demo_sweep(strength: float = 0.8, seeds: tuple[int, ...] = (0,), quick: bool = False):
-    """The demo: teacher, ceiling, naive, confidence and ANCHOR at a small lambda grid."""
-    from anchorviz.experiment import RunConfig, SweepConfig
+def demo_note(strength: float, mode: str, visibility: float) -> str:
+    """The banner the demo prints first: what is planted and how the teacher sees it."""
+    note = DEMO_NOTE.format(s=strength, mode=mode)
+    if visibility < 1:
+        note += HIDDEN_NOTE.format(v=visibility)
+    return note
 
+
+def demo_sweep(strength: float = 0.8, seeds: tuple[int, ...] = (0,), quick: bool = False,
+               scenario: str = DEFAULT_SCENARIO, visibility: float | None = None):
+    """The demo: teacher, ceiling, naive and ANCHOR at a small lambda grid, in one of the
+    `SCENARIOS` (``visibility`` overrides the scenario's teacher visibility of the marker)."""
+    from anchorviz.experiment import ConfigError, RunConfig, SweepConfig
+
+    if scenario not in SCENARIOS:
+        raise ConfigError(f"--scenario must be one of {sorted(SCENARIOS)}, got {scenario!r}")
     base = RunConfig()
     d = base.data
     d.artifact_kind, d.artifact_strength, d.artifact_target_mode = "marker", strength, "absent"
+    d.artifact_teacher_visibility = SCENARIOS[scenario] if visibility is None else float(visibility)
     d.max_length = 48
     d.split_per_seed = True  # each seed draws its own split as well as its own training order
     if quick:  # a smoke-sized demo for CI and first looks (~1-2 minutes)
@@ -38,7 +66,8 @@ def demo_sweep(strength: float = 0.8, seeds: tuple[int, ...] = (0,), quick: bool
     else:
         d.teacher_train, d.w2s_train, d.val, d.source_test, d.target_test = 500, 500, 150, 300, 300
     # chosen on SOURCE validation (docs/RESULTS.md, "Hyper-parameters"): the zero-initialised
-    # head needs a larger lr than the backbone, or the soft BT loss barely moves (PILOT.md)
+    # head needs a larger lr than the backbone, or the soft BT loss barely moves and the
+    # teacher's labels stay near q = 0.5
     for tc in (base.teacher_train, base.student_train):
         tc.lr, tc.head_lr, tc.epochs, tc.batch_size = 5e-5, 2e-3, 2, 16
     return SweepConfig(base=base, methods=["naive", "anchor"],
@@ -47,14 +76,15 @@ def demo_sweep(strength: float = 0.8, seeds: tuple[int, ...] = (0,), quick: bool
 
 
 def _table(df) -> str:
-    cols = ["method", "anchor_lambda", "anchor_layers", "seed", "acc_id", "acc_ood", "wrg", "aog",
-            "nts", "drift_cos_target", "q_confidence"]
+    cols = ["method", "anchor_lambda", "anchor_layers", "seed", "acc_id", "acc_id_clean",
+            "acc_id_hidden", "acc_ood", "wrg", "aog", "nts", "drift_cos_target",
+            "drift_cos_centred_target", "q_confidence"]
     cols = [c for c in cols if c in df.columns]
     t = df[cols].copy()
-    for c in ("acc_id", "acc_ood", "wrg", "aog", "nts"):
+    for c in ("acc_id", "acc_id_clean", "acc_id_hidden", "acc_ood", "wrg", "aog", "nts"):
         if c in t:
             t[c] = (100 * t[c]).round(1)
-    for c in ("drift_cos_target", "q_confidence"):
+    for c in ("drift_cos_target", "drift_cos_centred_target", "q_confidence"):
         if c in t:
             t[c] = t[c].round(3)
     return t.to_string(index=False, na_rep="-")
@@ -72,9 +102,13 @@ def _verdict(df) -> str:
 def cmd_demo(args) -> int:
     from anchorviz.experiment import sweep
 
-    sw = demo_sweep(strength=args.strength, seeds=tuple(args.seeds), quick=args.quick)
-    mode = sw.base.data.artifact_target_mode
-    print(DEMO_NOTE.format(s=args.strength, mode=mode))
+    if args.out is None:
+        args.out = "runs/demo-quick" if args.quick else "runs/demo"
+    sw = demo_sweep(strength=args.strength, seeds=tuple(args.seeds), quick=args.quick,
+                    scenario=args.scenario, visibility=args.visibility)
+    sw.base.validate()
+    d = sw.base.data
+    print(demo_note(args.strength, d.artifact_target_mode, d.artifact_teacher_visibility))
     print(f"Teacher {sw.base.models.teacher} (weak), student {sw.base.models.student} (strong); "
           f"runs are written to {args.out}\n")
     df = sweep(sw, args.out, jobs=args.jobs, threads=args.threads, backend=args.backend,
@@ -202,12 +236,20 @@ def build_parser() -> argparse.ArgumentParser:
                        formatter_class=argparse.RawDescriptionHelpFormatter,
                        epilog="examples:\n  anchorviz demo\n  anchorviz demo --quick\n"
                               "  anchorviz demo --strength 0.5 --seeds 0 1 2 --out runs/demo3")
-    d.add_argument("--out", default="runs/demo", help="sweep folder (default runs/demo)")
+    d.add_argument("--out", default=None,
+                   help="sweep folder (default runs/demo, or runs/demo-quick with --quick, so a "
+                        "smoke run never mixes with the real one)")
     d.add_argument("--strength", type=float, default=0.8,
                    help="artefact strength in [0, 1]: fraction of source pairs whose chosen text "
                         "carries the marker (default 0.8)")
     d.add_argument("--seeds", type=int, nargs="+", default=[0], help="training seeds (default 0)")
     d.add_argument("--quick", action="store_true", help="smoke-sized splits (CI, first look)")
+    d.add_argument("--scenario", choices=sorted(SCENARIOS), default=DEFAULT_SCENARIO,
+                   help=f"what is planted (default {DEFAULT_SCENARIO}): 'hidden-cue' = the weak "
+                        "teacher reads the marker on only some pairs; 'marker' = it reads all")
+    d.add_argument("--visibility", type=float, default=None,
+                   help="fraction of marked pairs on which the teacher reads the marker, in "
+                        "[0, 1] (default: the scenario's)")
     _add_jobs(d)
     d.set_defaults(func=cmd_demo)
 

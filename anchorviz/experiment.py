@@ -1,6 +1,6 @@
 """Run configs, the whole pipeline for one run, and sweeps that share the expensive parts.
 
-Data flow (MISSION.md / DESIGN.md):
+Data flow:
 
     data (source splits + target tests, optional artefact)
       -> teacher (weak backbone, gold labels on teacher_train) -> soft labels q on w2s_train
@@ -82,7 +82,9 @@ class ModelsConfig:
     student: str = "minilm-l6"
     pooling: str = "auto"
     teacher_dropout: bool = True
-    student_dropout: bool = False  # off: lambda acts only on real drift (PILOT.md)
+    # off: the reference runs in eval mode, so student dropout alone would leave an anchor MSE
+    # floor that lambda also penalises; off, lambda acts only on real drift
+    student_dropout: bool = False
     student_lora: dict | None = None  # PEFT LoraConfig kwargs, e.g. {"r": 8}
     trust_remote_code: bool = False
     dtype: str = "float32"  # "float32" | "bfloat16"
@@ -1367,6 +1369,7 @@ def _result_row(run_id: str, key: dict, m: dict, run_dir: Path) -> dict:
         "seed": key["seed"], "artifact_kind": data["artifact_kind"],
         "artifact_strength": float(data["artifact_strength"]),
         "teacher_visibility": float(data.get("artifact_teacher_visibility", 1.0)),
+        "split_per_seed": bool(data.get("split_per_seed", False)),
         "source": data["source"],
         "targets": ",".join(target_name(t) for t in data["targets"]),
         "model": m.get("model"),

@@ -20,8 +20,11 @@ from scipy import stats
 from anchorviz.metrics import seed_summary
 
 CONDITION = ["artifact_strength", "kind", "method", "anchor_lambda", "anchor_layers"]
-METRICS = ["acc_val", "acc_id", "acc_id_marked", "acc_id_clean", "acc_ood", "wrg", "aog", "nts", "pgr", "drift_cos_source",
-           "drift_cos_target", "drift_cka_source", "drift_cka_target", "q_confidence"]
+METRICS = ["acc_val", "acc_id", "acc_id_marked", "acc_id_clean", "acc_id_seen", "acc_id_hidden",
+           "acc_ood", "wrg", "aog", "nts", "pgr", "drift_cos_source", "drift_cos_target",
+           "drift_cos_centred_source", "drift_cos_centred_target", "drift_cka_source",
+           "drift_cka_target", "drift_cka_debiased_source", "drift_cka_debiased_target",
+           "q_confidence"]
 
 
 def _metric_cols(results: pd.DataFrame) -> list[str]:
@@ -397,9 +400,9 @@ def verdict_lines(results: pd.DataFrame, strength: float | None = None, *, metho
              "minus weak teacher; WRG in distribution, AOG out of distribution):"]
     lines += _seed_lines(fm)
     if n < 2:
-        lines.append("One seed cannot separate this from noise (the seed-to-seed spread is about "
-                     "1-2 points and one seed gives no interval): no failure-mode verdict. Run "
-                     "with --seeds 0 1 2 for intervals (docs/RESULTS.md).")
+        lines.append("One seed cannot separate this from noise (on the default data, WRG and AOG "
+                     "move by several points from seed to seed, and one seed gives no interval): "
+                     "no failure-mode verdict. Run with --seeds 0 1 2 3 4 for intervals.")
         return lines + _anchor_lines(results, strength, method)
     w = fm["wrg"]
     lines.append(f"  WRG {_signed(w['mean'], w['hw'])} ({confidence:.0%} t-interval over seeds, "

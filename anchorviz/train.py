@@ -32,6 +32,7 @@ from anchorviz.losses import (
     confidence_loss,
 )
 from anchorviz.models import RewardModel
+from anchorviz.paths import bars_off
 from anchorviz.reference import Reference
 from anchorviz.tokenization import EncodedPairs, pad_side
 
@@ -277,7 +278,7 @@ def train_reward_model(
     best = (math.inf, None, None)  # (val loss, step, state)
     bad_evals, step, t0 = 0, 0, time.perf_counter()
     stopped = False
-    bar = tqdm(total=total_steps, desc=desc, disable=not config.progress, leave=False)
+    bar = tqdm(total=total_steps, desc=desc, disable=bars_off(config.progress), leave=False)
     optimizer.zero_grad(set_to_none=True)
     acc_terms: dict[str, float] = {}
     for b in range(total_batches):

@@ -44,10 +44,11 @@ def markdown(results: pd.DataFrame, command: str, note: str = "") -> str:
     if note:
         out += [note, ""]
     split_id = "acc_id_clean" in results.columns
+    groups = [g for g in ("marked", "clean", "seen", "hidden") if f"acc_id_{g}" in results.columns]
     head = ("| strength | method | lambda | layers | seeds | val (src) | ID | "
-            + ("ID marked | ID clean | " if split_id else "")
+            + "".join(f"ID {g} | " for g in groups)
             + " | ".join(targets) + " | OOD | WRG | AOG | NTS | PGR | cos drift src | "
-            "cos drift tgt | CKA tgt | q conf |")
+            "cos drift tgt | centred cos drift tgt | CKA tgt | debiased CKA tgt | q conf |")
     out += [head, "|" + "---|" * (head.count("|") - 1)]
     order = {"teacher": 0, "naive": 1, "confidence": 2, "anchor": 3, "ceiling": 4}
     s = s.assign(_o=s["method"].map(order)).sort_values(
@@ -60,20 +61,29 @@ def markdown(results: pd.DataFrame, command: str, note: str = "") -> str:
                  points(r["acc_id_mean"], r["acc_id_hw"])]
         if split_id:
             cells += [points(r.get(f"acc_id_{g}_mean"), r.get(f"acc_id_{g}_hw"))
-                      for g in ("marked", "clean")]
+                      for g in groups]
         cells += [points(r.get(f"acc_{t}_mean"), r.get(f"acc_{t}_hw")) for t in targets]
         cells += [points(r["acc_ood_mean"], r["acc_ood_hw"])]
         for c in ("wrg", "aog", "nts", "pgr"):
             cells.append(points(r.get(f"{c}_mean"), r.get(f"{c}_hw")))
-        for c in ("drift_cos_source", "drift_cos_target", "drift_cka_target", "q_confidence"):
+        for c in ("drift_cos_source", "drift_cos_target", "drift_cos_centred_target",
+                  "drift_cka_target", "drift_cka_debiased_target", "q_confidence"):
             v = r.get(f"{c}_mean")
             cells.append("-" if v is None or pd.isna(v) else f"{v:.4f}")
         out.append("| " + " | ".join(str(c) for c in cells) + " |")
-    out += ["", "Mean over seeds ± 95% t-interval half-width, in points (accuracies and transfer "
+    varies = ("the data split (which pairs land in which split, and which carry the artefact) "
+              "and the training order" if "split_per_seed" in results and
+              results["split_per_seed"].all() else "the training order only, on one data split")
+    out += ["", f"Mean over seeds ± 95% t-interval half-width over seeds, where a seed varies {varies}; "
+            "in points (accuracies and transfer "
             "scores); drift and label confidence are unitless means. val (src) = gold accuracy on "
             "the SOURCE validation split, the only number used to choose ANCHOR's setting."
             + (" ID marked / ID clean = ID accuracy on the source-test pairs that carry / lack "
-               "the planted artefact (clean is the skill the targets can use)." if split_id else ""),
+               "the planted artefact (clean is the skill the targets can use)." if split_id else "")
+            + (" ID seen / ID hidden = marked pairs whose marker the teacher could / could not "
+               "read." if "acc_id_hidden" in results.columns else "")
+            + " Drift at the last layer, mean over targets: cosine (uncentred), reference-centred "
+              "cosine, linear CKA (biased) and debiased CKA to the pretrained reference.",
             ""]
     best = best_on_source_val(results)
     out += ["| strength | seeds | naive WRG | naive WRG - AOG pooled (p) | per target: WRG - AOG "

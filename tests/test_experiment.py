@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -142,3 +143,45 @@ def test_artifact_accuracy_splits_id_by_the_planted_marker(tmp_path):
     plain = tiny_config(tmp_path / "plain")
     plain.ceiling = False
     assert ex.artifact_accuracy(run(plain, tmp_path / "out2")[-1].run_dir) == {}
+
+
+def test_split_per_seed_draws_a_new_split_for_each_seed(tmp_path):
+    cfg = tiny_config(tmp_path)
+    same = [ex.prepare_data(ex.data_config(ex.with_overrides(cfg, seed=s)))["w2s_train"]
+            for s in (0, 1)]
+    assert list(same[0]["pair_id"]) == list(same[1]["pair_id"])  # default: one split
+    vary = ex.with_overrides(cfg, **{"data.split_per_seed": True})
+    per_seed = [ex.prepare_data(ex.data_config(ex.with_overrides(vary, seed=s)))["w2s_train"]
+                for s in (0, 1)]
+    assert list(per_seed[0]["pair_id"]) == list(same[0]["pair_id"])  # seed 0 keeps split_seed
+    assert list(per_seed[0]["pair_id"]) != list(per_seed[1]["pair_id"])
+    # the run ids follow: seed 1's teacher and reference capture differ from a shared split's
+    keys = [ex.reference_key(ex.with_overrides(c, seed=1)) for c in (cfg, vary)]
+    assert keys[0]["data"]["split_seed"] == 0 and keys[1]["data"]["split_seed"] == 1
+    # prepare_data hands out copies: a caller's edit does not reach the next caller
+    first = ex.prepare_data(ex.data_config(cfg))
+    first["w2s_train"].loc[:, "chosen"] = "edited"
+    assert (ex.prepare_data(ex.data_config(cfg))["w2s_train"]["chosen"] != "edited").all()
+
+
+def test_a_target_overlapping_the_source_loses_its_overlap_and_says_how_much(tmp_path):
+    """HH -> HH-style: the target shares 60 pairs (and their prompts) with the source; those in
+    the source's training / validation splits must not be scored as out-of-distribution."""
+    import json
+
+    from tiny_project import write_pairs
+
+    cfg = tiny_config(tmp_path)
+    shared = Path(cfg.data.source).read_text().splitlines()[:60]
+    own = write_pairs(tmp_path / "own.jsonl", 40, seed=9, domain="book").read_text().splitlines()
+    target = tmp_path / "overlapping.jsonl"
+    target.write_text("\n".join(shared + own) + "\n")
+    over = ex.with_overrides(cfg, **{"data.targets": [str(target)], "data.target_test": 200})
+    data = ex.prepare_data(ex.data_config(over))
+    (name,) = [k for k in data if k.startswith("target_test:")]
+    seen = set().union(*(set(data[s]["prompt"]) for s in ("teacher_train", "w2s_train", "val")))
+    assert not seen & set(data[name]["prompt"])
+    expected = sum(json.loads(line)["prompt"] in seen for line in shared)
+    assert 0 < expected < 60
+    assert ex.protocol_report(data) == {name: expected}
+    assert len(data[name]) == 100 - expected  # all that is left (clipped from the 200 asked)
