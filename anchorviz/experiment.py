@@ -462,8 +462,12 @@ def prepare_data(cfg: DataConfig) -> dict[str, pd.DataFrame]:
     prompt, or its texts, with the source's training / validation splits is left out; the
     count is in each target frame's ``attrs["protocol_dropped"]``), with the artefact applied
     when configured. Pass ``data_config(run_config)``, not ``run_config.data``, when the run's
-    seed should pick the split. Cached per process by config; every call returns fresh copies."""
-    key = json.dumps(asdict(cfg), sort_keys=True)
+    seed should pick the split. Cached per process by config and by the content fingerprint of
+    local data files (an edited file is read again); every call returns fresh copies."""
+    from anchorviz.paths import fingerprint
+
+    local = {n: fingerprint(n) for n in [cfg.source, *cfg.targets] if _is_local_data(n)}
+    key = json.dumps([asdict(cfg), local], sort_keys=True)
     if key not in _DATA_CACHE:
         _DATA_CACHE[key] = _build_data(cfg)
     out = {}
