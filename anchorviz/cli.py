@@ -219,6 +219,12 @@ def _add_jobs(p: argparse.ArgumentParser) -> None:
                         "`ray start`, else a local instance of --jobs CPUs)")
 
 
+def _version() -> str:
+    from anchorviz import __version__
+
+    return __version__
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="anchorviz",
@@ -230,6 +236,7 @@ def build_parser() -> argparse.ArgumentParser:
                "  anchorviz report runs/demo\n  anchorviz datasets",
     )
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    p.add_argument("--version", action="version", version=f"anchorviz {_version()}")
     sub = p.add_subparsers(dest="command", required=True)
 
     d = sub.add_parser("demo", help="the main job on the embedded default (offline, CPU)",
