@@ -52,10 +52,17 @@ class ConfigError(ValueError):
 
 @dataclass
 class DataConfig:
-    """Source / target datasets, split sizes and the optional source-only artefact."""
+    """Source / target datasets, split sizes and the optional source-only artefact.
 
-    source: str = "vader-movie"
-    targets: list[str] = field(default_factory=lambda: ["vader-amazon", "vader-nyt", "vader-tweets"])
+    ``source`` and each of ``targets``: a dataset name (``anchorviz datasets``), a local file or
+    folder (jsonl / json / parquet / csv / tsv), a hub id, or a mapping ``{path: ..., name: ...,
+    column_map: {...}}`` (`DATASET_ENTRY_KEYS`; docs/YOUR_DATA.md): ``column_map`` renames the
+    file's columns (``{chosen: good, rejected: bad, prompt: question}``), ``name`` is the short
+    name used in split, column and file names and as the domain label."""
+
+    source: str | dict = "vader-movie"
+    targets: list[str | dict] = field(
+        default_factory=lambda: ["vader-amazon", "vader-nyt", "vader-tweets"])
     teacher_train: int = 600
     w2s_train: int = 1200
     val: int = 200
@@ -226,13 +233,13 @@ class RunConfig:
             raise ConfigError(f"method.aux_coef must be in [0, 1], got {m.aux_coef!r}")
         if not (isinstance(m.aux_warmup_frac, (int, float)) and 0 <= m.aux_warmup_frac <= 1):
             raise ConfigError(f"method.aux_warmup_frac must be in [0, 1], got {m.aux_warmup_frac!r}")
-        if not (isinstance(d.source, str) and d.source.strip()):
-            raise ConfigError(f"data.source must name a dataset or a local file, got {d.source!r}")
-        names: dict[str, str] = {}
-        for t in d.targets:
-            if not (isinstance(t, str) and t.strip()):
-                raise ConfigError(f"data.targets: {t!r} is not a dataset name or a local file")
-            if _same_dataset(t, d.source):
+        check_dataset_entry(d.source, "data.source")
+        if not isinstance(d.targets, list):
+            raise ConfigError(f"data.targets must be a list of datasets, got {d.targets!r}")
+        names: dict[str, Any] = {}
+        for i, t in enumerate(d.targets):
+            check_dataset_entry(t, f"data.targets[{i}]")
+            if _same_dataset(dataset_path(t), dataset_path(d.source)):
                 raise ConfigError(
                     f"data.targets: {t!r} is the source dataset ({d.source!r}); a target must be "
                     "another dataset, or its 'out-of-distribution' accuracy is in-distribution")
@@ -244,6 +251,103 @@ class RunConfig:
 
 
 _LAYER_SPEC = re.compile(r"last|middle|all| *\d+ *(, *\d+ *)*")
+
+#: the keys of a dataset given as a mapping in ``data.source`` / ``data.targets``
+DATASET_ENTRY_KEYS = ("path", "name", "column_map")
+_SHORT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+_ENTRY_FORM = ("a dataset name, a local file / folder, a hub id, or a mapping "
+               "{path: ..., name: ..., column_map: {field: column}}")
+
+
+def dataset_path(entry: str | dict) -> str:
+    """The dataset name, local path or hub id of a ``data.source`` / ``data.targets`` entry."""
+    return entry["path"] if isinstance(entry, dict) else entry
+
+
+def dataset_label(entry: str | dict) -> str:
+    """How tables name an entry: its ``name``, else its path or dataset name."""
+    if isinstance(entry, dict):
+        return str(entry.get("name") or entry.get("path"))
+    return str(entry)
+
+
+def normalise_dataset_entry(entry: str | dict) -> str | dict:
+    """The canonical form of an entry: a mapping that only gives ``path`` (no name, no column
+    map) is the path itself, so ``{path: x}`` and ``x`` make the same run ids; empty settings
+    are dropped."""
+    if not isinstance(entry, dict):
+        return entry
+    out = {k: v for k, v in entry.items() if v not in (None, {}, "")}
+    return out["path"] if set(out) == {"path"} else out
+
+
+def check_dataset_entry(entry: Any, where: str) -> None:
+    """`ConfigError` naming ``where`` unless ``entry`` is a dataset of `_ENTRY_FORM`; a
+    ``column_map`` must name fields of the adapter that will read the data."""
+    if isinstance(entry, str):
+        if not entry.strip():
+            raise ConfigError(f"{where} must be {_ENTRY_FORM}, got {entry!r}")
+        return
+    if not isinstance(entry, dict):
+        raise ConfigError(f"{where} must be {_ENTRY_FORM}, got {entry!r}")
+    unknown = sorted(set(entry) - set(DATASET_ENTRY_KEYS))
+    if unknown:
+        raise ConfigError(f"{where}: unknown key(s) {unknown}; allowed: {list(DATASET_ENTRY_KEYS)}")
+    path = entry.get("path")
+    if not (isinstance(path, str) and path.strip()):
+        raise ConfigError(f"{where}.path must name a dataset, a local file or a hub id, got "
+                          f"{path!r}")
+    name = entry.get("name")
+    if name is not None and not (isinstance(name, str) and _SHORT_NAME.fullmatch(name)):
+        raise ConfigError(f"{where}.name must be a short name (letters, digits, '.', '_', '-'; "
+                          f"at most 64 characters, no '/'), got {name!r}")
+    cmap = entry.get("column_map")
+    if cmap is None:
+        return
+    if not isinstance(cmap, dict):
+        raise ConfigError(f"{where}.column_map must map fields to column names, e.g. "
+                          f"{{chosen: good, rejected: bad}}, got {cmap!r}")
+    for k, v in cmap.items():
+        ok = v is None or isinstance(v, str) or (isinstance(v, list) and v
+                                                 and all(isinstance(c, str) for c in v))
+        if not ok:
+            raise ConfigError(f"{where}.column_map.{k}: expected a column name (or null: no "
+                              f"such column, or a list of candidate names), got {v!r}")
+    from anchorviz.data import ADAPTERS
+
+    manifests = _dataset_manifests()
+    adapter = manifests[path]["adapter"] if path in manifests else "pairs"
+    if adapter not in ADAPTERS:
+        raise ConfigError(f"{where}.column_map: dataset {path!r} has no columns to map")
+    fields = sorted(ADAPTERS[adapter].fields)
+    bad = sorted(set(cmap) - set(fields))
+    if bad:
+        raise ConfigError(f"{where}.column_map: {bad} are not fields of the {adapter!r} reader; "
+                          f"its fields: {fields} (map each field to your file's column)")
+
+
+def load_dataset_entry(entry: str | dict):
+    """``(pairs, drop report)`` of a ``data.source`` / ``data.targets`` entry through
+    `anchorviz.data.load_pairs`, with the entry's ``column_map`` and its ``name`` as the domain
+    label. A file whose columns do not fit says how to write the ``column_map`` in a config."""
+    from anchorviz.data import DataError, load_pairs
+
+    path = dataset_path(entry)
+    kwargs: dict[str, Any] = {}
+    if isinstance(entry, dict):
+        if entry.get("column_map"):
+            kwargs["column_map"] = entry["column_map"]
+        if entry.get("name"):
+            kwargs["domain"] = entry["name"]
+    try:
+        return load_pairs(path, **kwargs)
+    except DataError as err:
+        if "column_map" not in str(err) and "not found" not in str(err):
+            raise
+        raise DataError(
+            f"{err} In a run config, give the dataset as a mapping: {{path: {path}, name: "
+            "<short name>, column_map: {prompt: <column>, chosen: <column>, rejected: "
+            "<column>}} (docs/YOUR_DATA.md)") from None
 
 
 def _check_int(value: Any, where: str, low: int, unit: str) -> None:
@@ -415,13 +519,18 @@ def _group_key(df: pd.DataFrame, setting: str):
     return None if df["prompt"].nunique() <= 1 else "prompt"
 
 
-def target_name(dataset: str) -> str:
+def target_name(dataset: str | dict) -> str:
     """Short name of a target dataset for split / column / file names (``vader-amazon`` ->
-    ``amazon``, a path ``/data/t.jsonl`` -> ``_data_t.jsonl``). It becomes part of file names
-    (captures, drift), so it goes through the one sanitiser, `anchorviz.paths.safe_component`:
-    ``vader-../../t.jsonl`` cannot name a file outside the run folder."""
+    ``amazon``, a path ``/data/t.jsonl`` -> ``_data_t.jsonl``, an entry ``{path: ..., name:
+    books}`` -> ``books``). It becomes part of file names (captures, drift), so it goes through
+    the one sanitiser, `anchorviz.paths.safe_component`: ``vader-../../t.jsonl`` cannot name a
+    file outside the run folder."""
     from anchorviz.paths import safe_component
 
+    if isinstance(dataset, dict):
+        if dataset.get("name"):
+            return safe_component(str(dataset["name"]))
+        dataset = dataset_path(dataset)
     short = dataset.split("vader-", 1)[-1] if dataset.startswith("vader-") else dataset.replace("/", "_")
     return safe_component(short)
 
@@ -453,6 +562,9 @@ _KEY_DEFAULTS = {"artifact_teacher_visibility": 1.0}
 def data_key(d: DataConfig) -> dict:
     """The data part of every run key."""
     key = {k: v for k, v in asdict(d).items() if not (k in _KEY_DEFAULTS and v == _KEY_DEFAULTS[k])}
+    # a dataset named by a string keeps its string (the run ids made before mappings existed)
+    key["source"] = normalise_dataset_entry(key["source"])
+    key["targets"] = [normalise_dataset_entry(t) for t in key["targets"]]
     return {**key, "split_protocol": SPLIT_PROTOCOL}
 
 
@@ -466,7 +578,8 @@ def prepare_data(cfg: DataConfig) -> dict[str, pd.DataFrame]:
     local data files (an edited file is read again); every call returns fresh copies."""
     from anchorviz.paths import fingerprint
 
-    local = {n: fingerprint(n) for n in [cfg.source, *cfg.targets] if _is_local_data(n)}
+    paths = [dataset_path(e) for e in [cfg.source, *cfg.targets]]
+    local = {n: fingerprint(n) for n in paths if _is_local_data(n)}
     key = json.dumps([asdict(cfg), local], sort_keys=True)
     if key not in _DATA_CACHE:
         _DATA_CACHE[key] = _build_data(cfg)
@@ -478,14 +591,14 @@ def prepare_data(cfg: DataConfig) -> dict[str, pd.DataFrame]:
 
 
 def _build_data(cfg: DataConfig) -> dict[str, pd.DataFrame]:
-    from anchorviz.data import load_pairs, protocol_splits
+    from anchorviz.data import protocol_splits
 
-    src, report = load_pairs(cfg.source)
-    logger.info("source %s: %s", cfg.source, report)
+    src, report = load_dataset_entry(cfg.source)
+    logger.info("source %s: %s", dataset_label(cfg.source), report)
     targets = {}
     for t in cfg.targets:
-        df, rep = load_pairs(t)
-        logger.info("target %s: %s", t, rep)
+        df, rep = load_dataset_entry(t)
+        logger.info("target %s: %s", dataset_label(t), rep)
         targets[target_name(t)] = df
     sizes = {"teacher_train": cfg.teacher_train, "w2s_train": cfg.w2s_train, "val": cfg.val,
              "source_test": cfg.source_test}
@@ -503,7 +616,8 @@ def _build_data(cfg: DataConfig) -> dict[str, pd.DataFrame]:
             attrs = dict(df.attrs)
             splits[name] = apply_artifact(df, kind=cfg.artifact_kind, strength=cfg.artifact_strength,
                                           seed=cfg.split_seed * 1000 + i, role=role,
-                                          target_mode=cfg.artifact_target_mode)
+                                          target_mode=(cfg.artifact_target_mode if role == "target"
+                                                       else "absent"))
             splits[name].attrs.update(attrs)
         if cfg.artifact_teacher_visibility < 1:
             from anchorviz.artifacts import mark_teacher_visibility
@@ -587,7 +701,8 @@ def local_inputs(cfg: RunConfig, model: str) -> dict[str, str]:
     from anchorviz.paths import fingerprint
 
     d = cfg.data
-    out = {n: fingerprint(n) for n in [d.source, *d.targets] if _is_local_data(n)}
+    paths = [dataset_path(e) for e in [d.source, *d.targets]]
+    out = {n: fingerprint(n) for n in paths if _is_local_data(n)}
     if _is_local_model(model):
         out[model] = fingerprint(model)
     return out
@@ -1374,7 +1489,7 @@ def _result_row(run_id: str, key: dict, m: dict, run_dir: Path) -> dict:
         "artifact_strength": float(data["artifact_strength"]),
         "teacher_visibility": float(data.get("artifact_teacher_visibility", 1.0)),
         "split_per_seed": bool(data.get("split_per_seed", False)),
-        "source": data["source"],
+        "source": dataset_label(data["source"]),
         "targets": ",".join(target_name(t) for t in data["targets"]),
         "model": m.get("model"),
     }
@@ -1392,9 +1507,14 @@ def _result_row(run_id: str, key: dict, m: dict, run_dir: Path) -> dict:
         b = tr.get(k)
         row[k], row[k + "_lo"], row[k + "_hi"] = ((b["point"], b["lo"], b["hi"]) if b else
                                                   (np.nan, np.nan, np.nan))
+    # per target: AOG and NTS with their paired-bootstrap intervals (a pooled OOD number can
+    # hide opposite moves on two targets); WRG is an ID quantity, the same for every target
     for t, block in m.get("transfer", {}).items():
-        if t != "ood" and block.get("aog"):
-            row["aog_" + t.split(":", 1)[-1]] = block["aog"]["point"]
+        name = t.split(":", 1)[-1]
+        for k in ("aog", "nts"):
+            if t != "ood" and block.get(k):
+                row[f"{k}_{name}"] = block[k]["point"]
+                row[f"{k}_{name}_lo"], row[f"{k}_{name}_hi"] = block[k]["lo"], block[k]["hi"]
     drift = run_dir / "drift.parquet"
     if drift.is_file():
         dt = pd.read_parquet(drift)

@@ -150,9 +150,9 @@ def holm(pvalues) -> np.ndarray:
 
 def target_columns(results: pd.DataFrame) -> dict[str, str]:
     """``{target: column}`` of the per-target AOG columns ``aog_<target>`` (not the pooled
-    ``aog`` and its ``aog_lo`` / ``aog_hi`` interval)."""
+    ``aog``, nor an interval column: ``aog_lo`` / ``aog_hi``, ``aog_<target>_lo`` / ``_hi``)."""
     return {c[4:]: c for c in sorted(results.columns)
-            if c.startswith("aog_") and c not in ("aog_lo", "aog_hi")}
+            if c.startswith("aog_") and not c.endswith(("_lo", "_hi"))}
 
 
 def _gap_block(wrg: pd.Series, aog: pd.Series, column: str, confidence: float) -> dict:

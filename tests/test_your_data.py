@@ -1,0 +1,170 @@
+"""Your own files from a config (issue 21.4): a dataset entry ``{path, name, column_map}`` in
+``data.source`` / ``data.targets``; string entries keep their run ids; per-target AOG / NTS with
+intervals in the results table."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from tiny_project import tiny_config, write_pairs
+
+from anchorviz.data import DataError
+from anchorviz.experiment import (
+    ConfigError,
+    config_from_dict,
+    data_key,
+    load_config,
+    prepare_data,
+    run_id_for,
+    target_name,
+    teacher_key,
+    with_overrides,
+)
+
+
+def _renamed(src: Path, dst: Path) -> Path:
+    """``src`` (prompt / chosen / rejected jsonl) with other column names."""
+    with open(src) as f, open(dst, "w") as g:
+        for line in f:
+            r = json.loads(line)
+            g.write(json.dumps({"question": r["prompt"], "good": r["chosen"],
+                                "bad": r["rejected"]}) + "\n")
+    return dst
+
+
+def test_string_entries_keep_their_run_ids(tmp_path):
+    """A config whose datasets are strings has the data key it had before mappings existed;
+    ``{path: x}`` alone is the same dataset as ``x`` (same run id)."""
+    cfg = tiny_config(tmp_path)
+    d = cfg.data
+    legacy = {k: v for k, v in dataclasses.asdict(d).items()
+              if k != "artifact_teacher_visibility"}
+    assert data_key(d) == {**legacy, "split_protocol": 2}
+    as_map = with_overrides(cfg, **{"data.targets": [{"path": d.targets[0]}],
+                                    "data.source": {"path": d.source, "column_map": {}}})
+    assert run_id_for(teacher_key(as_map)) == run_id_for(teacher_key(cfg))
+
+
+def test_default_config_run_ids_are_pinned():
+    """The run ids of the default (string-named) datasets, as computed before dataset mappings
+    existed: stores made then are read, not retrained. Change these only together with a
+    deliberate TRAINING_CODE_VERSION / SPLIT_PROTOCOL bump."""
+    from anchorviz.experiment import RunConfig, student_key
+
+    cfg = RunConfig()
+    cfg.method.name, cfg.method.anchor_lambda = "anchor", 1.0
+    assert run_id_for(teacher_key(cfg)) == "teacher-26ed7c86ed4e"
+    assert run_id_for(student_key(cfg, "student")) == "anchor-86a532934399"
+    assert run_id_for(student_key(cfg, "ceiling")) == "ceiling-d3af1fe340c1"
+
+
+def test_a_file_with_other_columns_through_a_config(tmp_path):
+    cfg = tiny_config(tmp_path)
+    books = _renamed(Path(cfg.data.targets[0]), tmp_path / "books_export.jsonl")
+    cmap = {"prompt": "question", "chosen": "good", "rejected": "bad"}
+    d = cfg.to_dict()
+    d["data"]["targets"] = [{"path": str(books), "name": "books", "column_map": cmap}]
+    mine = config_from_dict(d)
+    assert target_name(mine.data.targets[0]) == "books"
+    data = prepare_data(mine.data)
+    split = data["target_test:books"]
+    assert len(split) == mine.data.target_test
+    assert set(split["domain"]) == {"books"}  # the name is the domain label
+    assert run_id_for(teacher_key(mine)) != run_id_for(teacher_key(cfg))
+
+    # the same file as a bare path fails, and the message says how to write it in a config
+    d["data"]["targets"] = [str(books)]
+    with pytest.raises(DataError, match=r"column_map: \{prompt"):
+        prepare_data(config_from_dict(d).data)
+
+
+def test_entry_errors_name_the_key(tmp_path):
+    base = tiny_config(tmp_path).to_dict()
+
+    def bad(entry, match):
+        d = json.loads(json.dumps(base))
+        d["data"]["targets"] = [entry]
+        with pytest.raises(ConfigError, match=match):
+            config_from_dict(d)
+
+    bad({"path": "x.jsonl", "columns": {}}, r"data\.targets\[0\]: unknown key\(s\) \['columns'\]")
+    bad({"name": "x"}, r"data\.targets\[0\]\.path")
+    bad({"path": "x.jsonl", "name": "a/b"}, r"data\.targets\[0\]\.name")
+    bad({"path": "x.jsonl", "column_map": {"answer": "a"}}, r"not fields of the 'pairs' reader")
+    bad({"path": "x.jsonl", "column_map": {"chosen": 3}}, r"column_map\.chosen")
+    bad({"path": "vader-nyt", "column_map": {"chosen": "a"}}, "no columns to map")
+    bad(7, r"data\.targets\[0\] must be")
+    # two entries with the same short name, and a target that is the source
+    d = json.loads(json.dumps(base))
+    d["data"]["targets"] = [{"path": "a.jsonl", "name": "t"}, {"path": "b.jsonl", "name": "t"}]
+    with pytest.raises(ConfigError, match="same target"):
+        config_from_dict(d)
+    d["data"]["targets"] = [{"path": base["data"]["source"], "name": "again"}]
+    with pytest.raises(ConfigError, match="is the source"):
+        config_from_dict(d)
+
+
+def test_example_config_validates():
+    from anchorviz.paths import REPO_ROOT
+
+    cfg = load_config(REPO_ROOT / "configs" / "your_data.yaml")
+    assert [target_name(t) for t in cfg.data.targets][0] == "forum"
+    assert cfg.data.source["column_map"]["chosen"] == "preferred_answer"
+
+
+def test_per_target_transfer_columns_with_intervals(tmp_path):
+    """results rows carry aog_<t> / nts_<t> with _lo / _hi for every target, and the
+    verdict's per-target columns are the point columns only."""
+    from anchorviz.experiment import _result_row
+    from anchorviz.summary import target_columns
+
+    def iv(p):
+        return {"point": p, "lo": p - 0.1, "hi": p + 0.1}
+
+    acc = {"source_test": iv(0.8), "ood": iv(0.6), "target_test:a": iv(0.7),
+           "target_test:b": iv(0.5)}
+    transfer = {"ood": {"wrg": iv(0.05), "aog": iv(0.0), "nts": iv(0.0), "pgr": None},
+                "target_test:a": {"wrg": iv(0.05), "aog": iv(0.04), "nts": iv(0.04)},
+                "target_test:b": {"wrg": iv(0.05), "aog": iv(-0.04), "nts": iv(-0.04)}}
+    key = {"kind": "student", "seed": 0, "method": {"name": "naive"},
+           "data": {"artifact_kind": "none", "artifact_strength": 0.0,
+                    "source": {"path": "s.jsonl", "name": "src"},
+                    "targets": [{"path": "a.jsonl", "name": "a"}, "b"]}}
+    m = {"method": "naive", "model": "m", "accuracy": acc, "transfer": transfer}
+    row = _result_row("naive-x", key, m, tmp_path)
+    assert row["source"] == "src" and row["targets"] == "a,b"
+    for t, sign in (("a", 1), ("b", -1)):
+        assert row[f"aog_{t}"] == pytest.approx(sign * 0.04)
+        assert row[f"aog_{t}_lo"] < row[f"aog_{t}"] < row[f"aog_{t}_hi"]
+        assert row[f"nts_{t}"] == pytest.approx(sign * 0.04)
+        assert row[f"nts_{t}_lo"] < row[f"nts_{t}"] < row[f"nts_{t}_hi"]
+    df = pd.DataFrame([row])
+    assert target_columns(df) == {"a": "aog_a", "b": "aog_b"}
+    assert np.isfinite(df["aog_lo"]).all()
+
+
+def test_run_with_a_named_target_file(tmp_path):
+    """The whole pipeline with a mapped, named target: split, drift and result columns use
+    the short name."""
+    from anchorviz.experiment import run
+
+    cfg = tiny_config(tmp_path)
+    other = write_pairs(tmp_path / "data" / "other.jsonl", 40, seed=9, domain="shop")
+    books = _renamed(other, tmp_path / "data" / "shop_export.jsonl")
+    cfg = with_overrides(cfg, **{"data.targets": [
+        {"path": str(books), "name": "shop",
+         "column_map": {"prompt": "question", "chosen": "good", "rejected": "bad"}}],
+        "ceiling": False})
+    out = tmp_path / "runs"
+    res = run(cfg, out, jobs=1, progress=False)
+    student = res[-1].run_dir
+    drift = pd.read_parquet(student / "drift.parquet")
+    assert "target_test:shop" in set(drift["split"])
+    table = pd.read_csv(out / "results.csv")
+    for col in ("acc_shop", "aog_shop", "aog_shop_lo", "aog_shop_hi", "nts_shop_lo"):
+        assert col in table.columns, col
