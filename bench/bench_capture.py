@@ -8,7 +8,10 @@ Variants, each over ALL pairs of the same encoded set, in the same length-sorted
                    capture does, so batch building is on both sides);
 - ``bare+hidden``  the same with ``output_hidden_states=True`` (to show where the cost sits);
 - ``capture``      ``anchorviz.capture.capture_states(model, encoded, layers="all")``: rewards
-                   and pooled states (mean over response tokens) of every layer, float16.
+                   and pooled states (mean over response tokens) of every layer, float16
+                   (float32 for a layer whose pooled values exceed float16's range); the
+                   finiteness check runs on the pooled, stored values (b x d per layer and
+                   batch), not on every token state (b x T x d) as it did before.
 
 Interleaved rounds (order rotating), median per variant, ratios = medians of per-round ratios.
 
@@ -100,9 +103,11 @@ def markdown(times, args, n_pairs, tokens, n_layers, command, facts, elapsed,
         f"(capture / bare = {ratio:.3f} in wall time; {cpu_ratio:.3f} in process CPU time, "
         f"{common.met(cpu_ratio <= 1.10)}).",
         "- capture runs under `torch.no_grad` (not `inference_mode`), computes the reward head, "
-        "checks every layer for non-finite values and pools + converts every layer to float16 "
-        "on the CPU; `bare+hidden` shows how much of the difference is the hidden-state output "
-        "itself.",
+        "pools every layer (mean over response tokens), converts it to float16 on the CPU and "
+        "checks the stored pooled values for non-finite ones (a NaN / inf among a row's tokens "
+        "makes its mean non-finite); the earlier per-token-state check (every layer's full "
+        "b x T x d tensor) is gone. `bare+hidden` shows how much of the "
+        "difference is the hidden-state output itself.",
     ])
     return common.section("bench_capture", intro, table, notes, command, facts, elapsed)
 

@@ -10,9 +10,17 @@ optimiser steps, gradient clipping at 1.0. TRL trains on hard chosen / rejected 
 labels), so anchorviz runs with hard labels too (q = 1.0: the BT loss is then exactly TRL's
 ``-log sigmoid(r_chosen - r_rejected)``).
 
+anchorviz runs with the package's default optimiser (``TrainConfig.optimizer``, ``adamw_fused``:
+``torch.optim.AdamW(fused=True)``, the same kernel as TRL's default ``adamw_torch_fused``), and
+once more with ``adamw`` (the single-tensor per-parameter loop, the default before), so the
+optimiser's share is visible on both sides; TRL runs with its default and with
+``optim="adamw_torch"`` (single-tensor too). Ratios are throughput x TRL's default: the target is
+anchorviz (default) >= 1.0x ``trl``.
+
 TRL is NOT a project dependency: it lives in its own venv (default ``/tmp/trlvenv``, made with
-``python3 -m venv /tmp/trlvenv && /tmp/trlvenv/bin/pip install torch==2.13.0 trl
-transformers==<the project's version> accelerate numpy pandas datasets``). This script runs
+``python3 -m venv /tmp/trlvenv && /tmp/trlvenv/bin/pip install torch==2.13.0 &&
+/tmp/trlvenv/bin/pip install trl transformers==<the project's version> accelerate numpy pandas
+datasets``; here the CPU torch wheel, TRL 1.16.0 and transformers 5.25.0). This script runs
 anchorviz in-process and TRL in a long-lived worker subprocess of that venv; the two are
 interleaved round by round (the idle side waits on a pipe, using no CPU).
 
@@ -41,6 +49,11 @@ import common  # noqa: E402
 
 TRL_PYTHON = os.environ.get("ANCHORVIZ_TRL_PYTHON", "/tmp/trlvenv/bin/python")
 _TAG = "@@bench_trl "  # protocol lines (Trainer prints its own dicts to stdout)
+ANCHORVIZ_VARIANTS = {  # name -> TrainConfig.optimizer (None: the package default)
+    "anchorviz": None,  # the default: adamw_fused
+    "anchorviz-adamw": "adamw",  # single-tensor AdamW, the same code as TRL's adamw_torch
+}
+BASELINE = "trl"  # ratios are throughput x this row
 TRL_VARIANTS = {  # name -> RewardConfig overrides
     "trl": {},  # TRL / transformers defaults (optim adamw_torch_fused with torch >= 2.8)
     "trl-adamw_torch": {"optim": "adamw_torch"},  # the same optimiser code as anchorviz's loop
@@ -105,15 +118,15 @@ def trl_worker(spec_path: str) -> None:
         clock = Clock()
         trainer = RewardTrainer(model=models[name], args=RewardConfig(**configs[name]),
                                 train_dataset=ds, callbacks=[clock])
-        t0 = time.perf_counter()
+        c0, t0 = time.process_time(), time.perf_counter()
         trainer.train()
-        wall = time.perf_counter() - t0
+        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
         opt = trainer.optimizer
         opt = getattr(opt, "optimizer", opt)  # Accelerate wraps it
         defaults = getattr(opt, "defaults", {})
         kind = ("fused" if defaults.get("fused") else "foreach" if defaults.get("foreach")
                 else "single-tensor")
-        return {"loop_s": clock.t1 - clock.t0, "call_s": wall, "steps": clock.steps,
+        return {"loop_s": clock.t1 - clock.t0, "call_s": wall, "cpu_s": cpu, "steps": clock.steps,
                 "optim": f"{getattr(trainer.args.optim, 'value', trainer.args.optim)} "
                          f"({type(opt).__name__}, {kind})"}
 
@@ -211,28 +224,38 @@ def prepare(args, tmp: Path, pairs=None):
     return model, enc, spec_path, tokens
 
 
-def anchorviz_run(model, enc, args) -> dict:
+_OPT_KIND = {"adamw_fused": "fused", "adamw_foreach": "foreach", "adamw": "single-tensor"}
+
+
+def anchorviz_run(model, enc, args, optimizer: str | None = None) -> dict:
     import numpy as np
 
     from anchorviz.train import TrainConfig, train_reward_model
 
+    opt = {"optimizer": optimizer} if optimizer else {}  # else the package default
     cfg = TrainConfig(lr=5e-5, epochs=1, batch_size=args.batch_size, seed=args.seed,
-                      device=args.device, progress=False, warmup_frac=0.0, max_grad_norm=1.0)
-    t0 = time.perf_counter()
+                      device=args.device, progress=False, warmup_frac=0.0, max_grad_norm=1.0,
+                      **opt)
+    c0, t0 = time.process_time(), time.perf_counter()
     res = train_reward_model(model, enc, np.ones(len(enc)), cfg, desc="anchorviz")
-    return {"loop_s": res.seconds, "call_s": time.perf_counter() - t0, "steps": res.steps}
+    return {"loop_s": res.seconds, "call_s": time.perf_counter() - t0,
+            "cpu_s": time.process_time() - c0, "steps": res.steps,
+            "optim": f"{cfg.optimizer} (torch.optim.AdamW, {_OPT_KIND.get(cfg.optimizer, '?')})"}
 
 
 def measure(args, log=print, pairs=None) -> dict:
     with tempfile.TemporaryDirectory(prefix="bench-trl-") as tmp:
         model, enc, spec_path, tokens = prepare(args, Path(tmp), pairs)
         worker = TRLWorker(args.trl_python, spec_path)
+        loads: list[float] = []
         try:
-            results = {"anchorviz": []}
+            results = {k: [] for k in args.anchorviz_variants}
             results.update({k: [] for k in args.trl_variants})
 
             def call(name):
-                return anchorviz_run(model, enc, args) if name == "anchorviz" else worker.run(name)
+                if name in ANCHORVIZ_VARIANTS:
+                    return anchorviz_run(model, enc, args, ANCHORVIZ_VARIANTS[name])
+                return worker.run(name)
 
             for name in results:  # warm-up, untimed
                 call(name)
@@ -243,49 +266,81 @@ def measure(args, log=print, pairs=None) -> dict:
                 for name in names:
                     row[name] = call(name)
                     results[name].append(row[name])
-                log(f"round {r + 1}/{args.repeats}: " + ", ".join(
+                log(f"round {r + 1}/{args.repeats} (load {common.loadavg()[0]:.2f}): " + ", ".join(
                     f"{k} {v['loop_s']:.2f}s" for k, v in row.items()))
+                loads.append(common.loadavg()[0])
         finally:
             worker.close()
-    return {"runs": results, "info": worker.info, "tokens": tokens, "n_pairs": len(enc)}
+    return {"runs": results, "info": worker.info, "tokens": tokens, "n_pairs": len(enc),
+            "loads": loads}
 
 
 def markdown(res: dict, args, command: str, facts: dict, elapsed: float) -> str:
     runs, info = res["runs"], res["info"]
     n = res["n_pairs"]
-    base_loop = [r["loop_s"] for r in runs["anchorviz"]]
-    base_call = [r["call_s"] for r in runs["anchorviz"]]
-    rows = []
+    base = BASELINE if BASELINE in runs else next(iter(runs))
+    base_loop = [r["loop_s"] for r in runs[base]]
+    base_call = [r["call_s"] for r in runs[base]]
+    base_cpu = [r.get("cpu_s", float("nan")) for r in runs[base]]
+    rows, ratio, cpu_ratio = [], {}, {}
     for name, rs in runs.items():
         loop = [r["loop_s"] for r in rs]
         call = [r["call_s"] for r in rs]
         steps = rs[0]["steps"]
-        thr = n / common.median(loop)
-        # throughput(name) / throughput(anchorviz) = t(anchorviz) / t(name), per round
+        # throughput(name) / throughput(base) = t(base) / t(name), per round
         r_loop = common.ratio_summary(base_loop, loop)
         r_call = common.ratio_summary(base_call, call)
-        optim = "torch.optim.AdamW (defaults: single-tensor on CPU)" if name == "anchorviz" \
-            else rs[-1].get("optim", "?")
-        rows.append([f"`{name}`", steps, f"{thr:.1f}", f"{n / common.median(call):.1f}",
+        cpu = [r.get("cpu_s", float("nan")) for r in rs]
+        r_cpu = common.ratio_summary(base_cpu, cpu)
+        ratio[name], cpu_ratio[name] = r_loop, r_cpu
+        rows.append([f"`{name}`", "anchorviz" if name in ANCHORVIZ_VARIANTS else "TRL", steps,
+                     f"{n / common.median(loop):.1f}", f"{n / common.median(call):.1f}",
                      f"{common.median(loop) / steps:.3f}",
                      f"{r_loop[0]:.3f} ({r_loop[1]:.2f}-{r_loop[2]:.2f})",
-                     f"{r_call[0]:.3f}", optim])
-    headers = ["trainer", "steps / round", "pairs / s (loop)", "pairs / s (whole call)",
-               "s / step", "throughput x anchorviz (loop; range)", "x anchorviz (whole call)",
-               "optimiser"]
+                     f"{r_call[0]:.3f}", f"{common.median(cpu) / steps:.3f}",
+                     f"{r_cpu[0]:.3f} ({r_cpu[1]:.2f}-{r_cpu[2]:.2f})", rs[-1].get("optim", "?")])
+    headers = ["variant", "trainer", "steps / round", "pairs / s (loop)",
+               "pairs / s (whole call)", "s / step", f"throughput x `{base}` (loop; range)",
+               f"x `{base}` (whole call)", "CPU s / step (whole call)",
+               f"CPU throughput x `{base}` (whole call; range)", "optimiser"]
     table = common.md_table(headers, rows)
+    loads = res.get("loads") or []
+    load_txt = (f"load average (1 min) after each round: mean {sum(loads) / len(loads):.1f}, "
+                f"range {min(loads):.1f}-{max(loads):.1f}" if loads else "")
     intro = (
         f"Backbone `{args.model}` (anchorviz: `RewardModel`, mean pooling + zero-initialised "
         f"linear head; TRL: `{info.get('model_class')}`, num_labels = 1, i.e. the BERT pooler + "
         f"classifier on [CLS]). {n} `{args.data}` pairs ({res['tokens']:,} tokens, both sides), "
         f"batch {args.batch_size} pairs, max_length {args.max_length}, fp32, dropout off, "
         f"`{args.device}`, {args.repeats} interleaved rounds (order rotating) after one untimed "
-        "warm-up call each; ratios are medians of per-round ratios (range over rounds). "
+        f"warm-up call each; ratios are medians of per-round ratios (range over rounds) against "
+        f"`{base}` (TRL with its default optimiser). 'CPU' is the process CPU time (all threads) "
+        "of the whole call (`train_reward_model(...)` / `trainer.train()`), which other jobs' "
+        "load disturbs less than wall time (with 1 thread; with 2, a thread spinning while the "
+        "other waits for a core counts too). "
         f"TRL {info.get('trl')}, transformers {info.get('transformers')}, torch "
         f"{info.get('torch')} ({info.get('threads')} threads) in the separate venv "
-        f"(`{args.trl_python}`)."
+        f"(`{args.trl_python}`)." + (f" {load_txt[0].upper() + load_txt[1:]}." if load_txt else "")
     )
-    notes = "\n".join([
+    notes = []
+    if "anchorviz" in ratio and base == BASELINE:
+        r = ratio["anchorviz"]
+        c = cpu_ratio["anchorviz"]
+        notes.append(
+            f"- Target: anchorviz (default optimiser) >= 1.0x TRL's `RewardTrainer` throughput: "
+            f"{common.met(r[0] >= 1.0)} in wall time ({r[0]:.3f}x, per-round range "
+            f"{r[1]:.2f}-{r[2]:.2f}); {common.met(c[0] >= 1.0)} in process CPU time "
+            f"({c[0]:.3f}x, range {c[1]:.2f}-{c[2]:.2f}).")
+    if "anchorviz-adamw" in ratio and "trl-adamw_torch" in ratio and base == BASELINE:
+        a = common.ratio_summary([x["loop_s"] for x in runs["trl-adamw_torch"]],
+                                 [x["loop_s"] for x in runs["anchorviz-adamw"]])
+        ac = common.ratio_summary([x.get("cpu_s", float("nan")) for x in runs["trl-adamw_torch"]],
+                                  [x.get("cpu_s", float("nan")) for x in runs["anchorviz-adamw"]])
+        notes.append(
+            f"- Same single-tensor AdamW on both sides (the loops alone): `anchorviz-adamw` is "
+            f"{a[0]:.3f}x `trl-adamw_torch` in wall time (range {a[1]:.2f}-{a[2]:.2f}), "
+            f"{ac[0]:.3f}x in CPU time (range {ac[1]:.2f}-{ac[2]:.2f}).")
+    notes += [
         "- TRL settings: `RewardConfig(per_device_train_batch_size=16, max_steps=N, "
         "learning_rate=5e-5, lr_scheduler_type='linear', warmup_steps=0, bf16=False, fp16=False, "
         "activation_checkpointing=False` (TRL's defaults are bf16 = True and gradient "
@@ -295,16 +350,17 @@ def markdown(res: dict, args, command: str, facts: dict, elapsed: float) -> str:
         "eval_strategy='no', report_to='none', disable_tqdm=True, use_cpu=True)`; the dataset is "
         "passed pre-tokenised (`chosen_ids` / `rejected_ids`), so TRL's EOS appending and "
         "tokenisation are skipped and both sides see identical ids and identical batches.",
-        "- `trl` keeps the transformers default optimiser (`adamw_torch_fused`); "
-        "`trl-adamw_torch` uses plain `torch.optim.AdamW`, the same code as anchorviz's loop, so "
-        "that row isolates the trainer loop itself.",
+        "- `anchorviz` trains with the package default `TrainConfig.optimizer = \"adamw_fused\"` "
+        "(`torch.optim.AdamW(fused=True)`, the kernel behind TRL's default `adamw_torch_fused`); "
+        "`anchorviz-adamw` with `optimizer=\"adamw\"` (single-tensor), the same code as "
+        "`trl-adamw_torch`, so those two rows compare the trainer loops alone.",
         "- A fresh optimiser per round on both sides (anchorviz: per `train_reward_model` call; "
         "TRL: a new `RewardTrainer` per round around the same model object; its construction is "
         "outside both timings). TRL's `compute_loss` also gathers reward statistics every step "
         "(`.item()` calls); that is part of what TRL costs.",
         "- Not compared: soft labels (TRL has none), ANCHOR, evaluation.",
-    ])
-    return common.section("bench_trl", intro, table, notes, command, facts, elapsed)
+    ]
+    return common.section("bench_trl", intro, table, "\n".join(notes), command, facts, elapsed)
 
 
 def unavailable_markdown(reason: str, command: str, facts: dict) -> str:
@@ -321,13 +377,15 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--batch-size", type=int, default=16)
     ap.add_argument("--max-length", type=int, default=64)
     ap.add_argument("--steps", type=int, default=4, help="optimiser steps per round")
-    ap.add_argument("--repeats", type=int, default=4)
+    ap.add_argument("--repeats", type=int, default=8)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=0,
                     help="torch intra-op threads on both sides (0: torch's default)")
     ap.add_argument("--trl-python", default=TRL_PYTHON, help="python of the TRL venv")
     ap.add_argument("--trl-variants", nargs="+", default=list(TRL_VARIANTS),
                     choices=list(TRL_VARIANTS))
+    ap.add_argument("--anchorviz-variants", nargs="+", default=list(ANCHORVIZ_VARIANTS),
+                    choices=list(ANCHORVIZ_VARIANTS))
     ap.add_argument("--no-write", action="store_true")
     ap.add_argument("--trl-worker", default=None, help=argparse.SUPPRESS)
     return ap

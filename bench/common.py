@@ -32,7 +32,8 @@ DOC = REPO / "docs" / "BENCHMARKS.md"
 CKA_DOC = REPO / "docs" / "bench_cka.md"
 
 #: section order in docs/BENCHMARKS.md
-SECTIONS = ("bench_step", "bench_trl", "bench_capture", "bench_widgets", "bench_demo", "bench_cka")
+SECTIONS = ("bench_step", "bench_trl", "bench_capture", "bench_widgets", "bench_demo",
+            "bench_jobs", "bench_cka")
 
 _TITLES = {
     "bench_step": "Training step: naive vs ANCHOR reference strategies",
@@ -40,6 +41,7 @@ _TITLES = {
     "bench_capture": "Hidden-state capture vs a bare forward pass",
     "bench_widgets": "Sweep explorer response time",
     "bench_demo": "`anchorviz demo` end to end",
+    "bench_jobs": "`anchorviz demo --jobs 1` vs `--jobs 2`",
     "bench_cka": "Linear CKA implementations",
 }
 

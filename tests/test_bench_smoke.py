@@ -21,6 +21,7 @@ sys.path.insert(0, str(BENCH))
 
 import bench_capture  # noqa: E402
 import bench_demo  # noqa: E402
+import bench_jobs  # noqa: E402
 import bench_step  # noqa: E402
 import bench_trl  # noqa: E402
 import bench_widgets  # noqa: E402
@@ -77,9 +78,15 @@ def test_bench_trl_anchorviz_side(tiny_model, tmp_path):
     assert sorted(map(tuple, spec["chosen_ids"])) == sorted(map(tuple, enc.chosen_ids))
     out = bench_trl.anchorviz_run(model, enc, args)
     assert out["steps"] == 2 and out["loop_s"] > 0
-    res = {"runs": {"anchorviz": [out], "trl": [{**out, "optim": "adamw_torch"}]},
-           "info": {"trl": "x"}, "tokens": tokens, "n_pairs": 8}
-    assert "`trl`" in bench_trl.markdown(res, args, "cmd", _facts(), 1.0)
+    assert out["optim"].startswith("adamw_fused")  # the package default
+    single = bench_trl.anchorviz_run(model, enc, args, "adamw")
+    assert single["optim"].startswith("adamw ") and single["steps"] == 2
+    res = {"runs": {"anchorviz": [out], "anchorviz-adamw": [single],
+                    "trl": [{**out, "optim": "adamw_torch_fused"}],
+                    "trl-adamw_torch": [{**single, "optim": "adamw_torch"}]},
+           "info": {"trl": "x"}, "tokens": tokens, "n_pairs": 8, "loads": [1.0]}
+    md = bench_trl.markdown(res, args, "cmd", _facts(), 1.0)
+    assert "`trl`" in md and "x `trl`" in md and "Target: anchorviz" in md
     assert "could not be used" in bench_trl.unavailable_markdown("no venv", "cmd", _facts())
 
 
@@ -126,6 +133,41 @@ def test_bench_demo_runner(tmp_path):
     md = bench_demo.markdown(res, args, "cmd", _facts(), 1.0, "Results (x):\ndone")
     assert "Target" in md
 
+
+
+def test_bench_jobs_results_check_and_report():
+    import numpy as np
+    import pandas as pd
+
+    a = pd.DataFrame({"run_id": ["r1", "r2"], "method": ["naive", "anchor"],
+                      "acc_id": [0.9, np.nan], "seconds": [10.0, 20.0]})
+    b = a.iloc[::-1].assign(seconds=[1.0, 2.0])  # other row order, other times
+    assert bench_jobs.compare_results(a, b)["identical"]
+    c = b.assign(acc_id=[np.nan, 0.91])
+    got = bench_jobs.compare_results(a, c)
+    assert not got["identical"] and got["differing"] == ["acc_id"]
+    assert got["max_abs_diff"] == pytest.approx(0.01)
+    assert not got["close"]
+    tiny = bench_jobs.compare_results(a, b.assign(acc_id=[np.nan, 0.9 + 4e-16]))
+    assert tiny["close"] and not tiny["identical"]
+    assert not bench_jobs.compare_results(a, a.assign(run_id=["r1", "r3"]))["run_ids"]
+    log = "noise\nResults (x):\n method\n naive\nHTML report: /tmp/r.html\n"
+    assert bench_jobs.printed_table(log) == "Results (x):\n method\n naive"
+
+    args = bench_jobs.build_parser().parse_args(["--quick", "--rounds", "2"])
+    assert args.quick and args.rounds == 2
+
+    def run(jobs, wall, results):
+        return {"jobs": jobs, "rc": 0, "wall_s": wall, "cpu_s": wall, "peak_tree_mb": 100.0,
+                "max_procs": jobs + 1, "loads": [1.0, 2.0], "printed": "Results (x):\n1",
+                "results": results}
+
+    rounds = [{1: run(1, 100.0, a), 2: run(2, 55.0, b)}, {2: run(2, 60.0, c), 1: run(1, 100.0, a)}]
+    checks = bench_jobs.check_all(rounds)
+    assert [(ch["round"], ch["jobs"], ch["identical"]) for ch in checks] == [
+        (1, 2, True), (2, 1, True), (2, 2, False)]
+    md = bench_jobs.markdown({"rounds": rounds, "checks": checks}, args, "cmd", _facts(), 1.0)
+    assert "QUICK" in md and "0.575x" in md and "DIFFERENT" in md and "`acc_id`" in md
 
 
 def test_anchor_scale_reads_the_stored_histories(tmp_path):
