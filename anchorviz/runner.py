@@ -136,6 +136,9 @@ def _init_worker(threads: int) -> None:
         torch.set_num_interop_threads(threads)
     except RuntimeError:  # already set (torch allows it once per process)
         pass
+    from threadpoolctl import threadpool_limits
+
+    threadpool_limits(limits=threads)  # numpy's BLAS, if it was loaded before the variables
 
 
 class _Progress:
@@ -249,15 +252,18 @@ def check_backend(out_dir: str | Path, backend: str = "local",
 
 def _run_inline(nodes, out_dir, threads, prog, results, execute) -> None:
     import torch
+    from threadpoolctl import threadpool_limits
 
     old = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
-        for node in nodes:
-            prog.started(node)
-            results[node.id] = execute(node.kind, node.config, out_dir)
-            _log_done(node, results[node.id])
-            prog.finished(node)
+        # numpy's BLAS too (CKA, projections): sums in the same order as in a worker process
+        with threadpool_limits(limits=threads):
+            for node in nodes:
+                prog.started(node)
+                results[node.id] = execute(node.kind, node.config, out_dir)
+                _log_done(node, results[node.id])
+                prog.finished(node)
     finally:
         torch.set_num_threads(old)
 

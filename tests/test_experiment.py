@@ -185,3 +185,19 @@ def test_a_target_overlapping_the_source_loses_its_overlap_and_says_how_much(tmp
     assert 0 < expected < 60
     assert ex.protocol_report(data) == {name: expected}
     assert len(data[name]) == 100 - expected  # all that is left (clipped from the 200 asked)
+
+
+def test_target_modes_plant_the_cue_in_the_targets_only(tmp_path):
+    """neutral / reversed targets (the sensitivity check of a learned cue) once raised in
+    prepare_data because the source splits were handed the target mode too."""
+    cfg = tiny_config(tmp_path, **{"data.artifact_kind": "marker", "data.artifact_strength": 0.5})
+    absent = ex.prepare_data(ex.data_config(cfg))
+    rev = ex.prepare_data(ex.data_config(ex.with_overrides(cfg, **{
+        "data.artifact_target_mode": "reversed"})))
+    (t,) = [k for k in rev if k.startswith("target_test:")]
+    sides = [(m or {}).get("artifact_side") for m in rev[t]["meta"]]
+    assert sides.count("rejected") == len(sides) // 2 and "chosen" not in sides
+    assert not any((m or {}).get("artifact_side") for m in absent[t]["meta"])
+    assert list(rev[t]["pair_id"]) == list(absent[t]["pair_id"])  # the same target pairs
+    for s in ("teacher_train", "w2s_train", "val", "source_test"):
+        assert list(rev[s]["chosen"]) == list(absent[s]["chosen"])
