@@ -1,4 +1,4 @@
-"""The ``anchorviz`` command line: ``demo | run | sweep | report | datasets | models``.
+"""The ``anchorviz`` command line: ``demo | run | sweep | report | analyse | datasets | models``.
 
 Exit codes: 0 success; 2 bad usage or config; 3 bad data or model input; 4 a training run
 failed (e.g. a non-finite loss; the run directory is marked failed); 130 interrupted; 1 other.
@@ -173,6 +173,24 @@ def cmd_report(args) -> int:
     return EXIT_OK
 
 
+def cmd_analyse(args) -> int:
+    """Analyse a reward model trained elsewhere against its base (`anchorviz.analyse`)."""
+    from anchorviz.analyse import analyse, summary_lines
+
+    res = analyse(args.model, args.reference, args.source, args.targets, args.unlabelled,
+                  args.out, name=args.name, pairs=args.pairs, max_length=args.max_length,
+                  batch_size=args.batch_size, device=args.device, seed=args.seed,
+                  projection=args.projection, use_chat_template=args.chat_template,
+                  trust_remote_code=args.trust_remote_code)
+    print("\n".join(summary_lines(res)))
+    print(f"\nRun folder: {res.run_dir}" + ("" if res.computed else " (already analysed)"))
+    if len(res.ood_risk):
+        print(f"Label-free estimates: {Path(args.out) / 'ood_risk.csv'}")
+    if args.report:
+        print(f"HTML report: {_write_report(args.out)}")
+    return EXIT_OK
+
+
 def cmd_datasets(args) -> int:
     import pandas as pd
 
@@ -283,6 +301,46 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("dir")
     rp.add_argument("--output", default=None, help="HTML path (default DIR/report.html)")
     rp.set_defaults(func=cmd_report)
+
+    an = sub.add_parser(
+        "analyse", aliases=["analyze"],
+        help="a reward model trained elsewhere (TRL, OpenRLHF, PEFT adapter, any "
+             "AutoModelForSequenceClassification) against its base: accuracy, drift, map",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="examples:\n  anchorviz analyse --model ./my-rm --reference Qwen/Qwen2.5-0.5B "
+               "--source my_pairs.jsonl --targets vader-amazon --unlabelled new=./logs.jsonl\n"
+               "  anchorviz analyse --model ./lora-adapter --reference ./base --source "
+               "vader-movie --targets vader-nyt --report\n"
+               "Datasets: names (anchorviz datasets), files or folders, hub ids; NAME=PATH "
+               "gives a file a short name. A file with other columns: see docs/YOUR_DATA.md.")
+    an.add_argument("--model", required=True, metavar="PATH_OR_ID",
+                    help="the reward model: a folder, a hub id or a PEFT adapter folder")
+    an.add_argument("--reference", required=True, metavar="BASE",
+                    help="its base model (drift is measured against it; also the adapter's "
+                         "base when the adapter's own is not on this machine)")
+    an.add_argument("--source", required=True, metavar="DATA",
+                    help="labelled pairs of the distribution the model was trained on")
+    an.add_argument("--targets", nargs="*", default=[], metavar="DATA",
+                    help="labelled pairs of other domains (accuracy with intervals, drift)")
+    an.add_argument("--unlabelled", nargs="*", default=[], metavar="DATA",
+                    help="pairs without a preference (their order is ignored): drift and a "
+                         "label-free accuracy estimate")
+    an.add_argument("--out", default="runs/analyse",
+                    help="folder of the run store (several checkpoints may share it; default "
+                         "runs/analyse)")
+    an.add_argument("--name", default=None, help="short name of the model in tables")
+    an.add_argument("--pairs", type=_positive_int, default=500,
+                    help="pairs per dataset, a seeded sample (default 500)")
+    an.add_argument("--max-length", type=_positive_int, default=256, help="tokens per side")
+    an.add_argument("--batch-size", type=_positive_int, default=16)
+    an.add_argument("--device", default="cpu")
+    an.add_argument("--seed", type=int, default=0)
+    an.add_argument("--projection", choices=["auto", "umap", "pca", "none"], default="auto")
+    an.add_argument("--chat-template", action="store_true",
+                    help="render prompts and responses with the tokenizer's chat template")
+    an.add_argument("--trust-remote-code", action="store_true")
+    an.add_argument("--report", action="store_true", help="also write OUT/report.html")
+    an.set_defaults(func=cmd_analyse)
 
     ds = sub.add_parser("datasets", help="list known datasets with licence and category")
     ds.set_defaults(func=cmd_datasets)

@@ -334,13 +334,14 @@ def load_dataset_entry(entry: str | dict):
 
     path = dataset_path(entry)
     kwargs: dict[str, Any] = {}
-    if isinstance(entry, dict):
-        if entry.get("column_map"):
-            kwargs["column_map"] = entry["column_map"]
-        if entry.get("name"):
-            kwargs["domain"] = entry["name"]
+    if isinstance(entry, dict) and entry.get("column_map"):
+        kwargs["column_map"] = entry["column_map"]
     try:
-        return load_pairs(path, **kwargs)
+        df, report = load_pairs(path, **kwargs)
+        if isinstance(entry, dict) and entry.get("name"):
+            # set after loading: load_pairs' own domain= picks a VADER domain
+            df = df.assign(domain=str(entry["name"]))
+        return df, report
     except DataError as err:
         if "column_map" not in str(err) and "not found" not in str(err):
             raise
