@@ -134,6 +134,9 @@ class RunConfig:
     capture: CaptureConfig = field(default_factory=CaptureConfig)
     seed: int = 0
     ceiling: bool = True  # also train the gold-label ceiling (for PGR)
+    # experiment tracking, as TRL's report_to: [tensorboard, mlflow, wandb] ("all" / "none");
+    # off by default and never part of a run key (anchorviz.tracking)
+    report_to: list[str] | str = field(default_factory=list)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -201,6 +204,12 @@ class RunConfig:
             except TrainError as err:  # say which of the two sections
                 raise ConfigError(f"{name}: {err}") from None
         self._validate_more()
+        from anchorviz.tracking import TrackingError, check_report_to
+
+        try:
+            self.report_to = check_report_to(self.report_to)
+        except TrackingError as err:
+            raise ConfigError(str(err)) from None
         return self
 
     def _validate_more(self) -> None:
@@ -1019,6 +1028,25 @@ def _run_guarded(store, run_id: str, key: dict, body) -> RunResult:
         return RunResult(run_id, final, key["kind"], metrics, computed=True)
 
 
+def _tracked(body, cfg: RunConfig, store, run_id: str, key: dict):
+    """``body`` with the run's tracker open when ``cfg.report_to`` asks (`anchorviz.tracking`:
+    the training loop logs each step and validation to it; the final accuracies and transfer
+    scores are logged when the run ends). Only runs that are computed are tracked."""
+    if not cfg.report_to:
+        return body
+    from anchorviz.tracking import tracked_run
+
+    def with_tracker(tmp: Path) -> dict:
+        with tracked_run(cfg.report_to, store.root, run_id, params=key,
+                         tags={"kind": key["kind"]}) as tracker:
+            metrics = body(tmp)
+            if tracker is not None:
+                tracker.log_final(metrics, step=int((metrics.get("train") or {}).get("steps", 0)))
+            return metrics
+
+    return with_tracker
+
+
 def ensure_teacher(store, cfg: RunConfig, data) -> RunResult:
     key = teacher_key(cfg)
     run_id = run_id_for(key)
@@ -1055,7 +1083,7 @@ def ensure_teacher(store, cfg: RunConfig, data) -> RunResult:
                 "acc_val": acc_val,
                 "seconds": time.perf_counter() - t0}
 
-    return _run_guarded(store, run_id, key, body)
+    return _run_guarded(store, run_id, key, _tracked(body, cfg, store, run_id, key))
 
 
 def soft_labels(margin: np.ndarray, method: MethodConfig) -> np.ndarray:
@@ -1202,7 +1230,7 @@ def run_student(store, cfg: RunConfig, data, kind: str = "student",
         })
         return info
 
-    return _run_guarded(store, run_id, key, body)
+    return _run_guarded(store, run_id, key, _tracked(body, cfg, store, run_id, key))
 
 
 def run(cfg: RunConfig, out_dir: str | Path = "runs/default", jobs: int | None = None,

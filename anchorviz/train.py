@@ -212,6 +212,7 @@ def train_reward_model(
     val: EncodedPairs | None = None,
     val_targets: np.ndarray | None = None,
     desc: str = "train",
+    tracker=None,
 ) -> TrainResult:
     """Train ``model`` in place on ``train`` pairs with target probabilities ``targets``.
 
@@ -221,7 +222,15 @@ def train_reward_model(
     each pair's masked MSE over the response tokens of both its sides (the two rows of the joint
     batch that hold pair ``i`` share the group id ``i``). Validation (if ``val`` is given)
     uses ``val_targets``: mean soft-BT loss and agreement with the hard targets (q > 0.5).
+
+    ``tracker`` (an `anchorviz.tracking.Tracker`; default: the one `anchorviz.tracking.tracked_run`
+    made current, else none) receives each step's history row and each validation; it only
+    reads numbers the loop has computed.
     """
+    if tracker is None:
+        from anchorviz.tracking import current
+
+        tracker = current()
     objective = objective or Objective()
     config.validate()
     objective.validate(model)
@@ -330,6 +339,8 @@ def train_reward_model(
         optimizer.zero_grad(set_to_none=True)
         history.append({"step": step, **acc_terms, "lr": optimizer.param_groups[0]["lr"],
                         "grad_norm": float(grad_norm)})
+        if tracker is not None:
+            tracker.log_train_step(history[-1], anchor_lambda=objective.anchor_lambda)
         acc_terms = {}
         step += 1
         bar.update(1)
@@ -337,6 +348,8 @@ def train_reward_model(
         if val is not None and (step % eval_every == 0 or step == total_steps):
             vloss, vacc = _evaluate(model, val, val_q, config)
             evals.append({"step": step, "val_loss": vloss, "val_acc": vacc})
+            if tracker is not None:
+                tracker.log_eval(evals[-1])
             if vloss < best[0] - 1e-6:
                 state = ({k: v.detach().clone() for k, v in model.state_dict().items()}
                          if config.early_stopping else None)
