@@ -285,3 +285,44 @@ def test_cli_analyse(trl_checkpoint, tmp_path, capsys):
     code = cli.main(["analyse", "--model", str(tmp_path / "nope"), "--reference", str(base),
                      "--source", "vader-movie", "--out", str(out)])
     assert code == cli.EXIT_DATA
+
+
+def test_label_free_estimate_from_the_folders_checkpoints(tmp_path):
+    """`ood_risk_table` fits accuracy ~ last-layer drift over every labelled domain of the
+    folder's checkpoints (same base) and predicts the unlabelled targets, with an interval;
+    checkpoints of another base are fitted apart."""
+    from anchorviz.analyse import ood_risk_table
+    from anchorviz.store import RunStore, write_json, write_yaml
+
+    store = RunStore(tmp_path)
+    rng = np.random.default_rng(0)
+
+    def fake_run(i, ref, drifts, accs, unlabelled):
+        tmp = store.begin(f"checkpoint-{i:012d}")
+        write_yaml(tmp / "config.yaml", {"kind": "external", "reference": ref, "seed": 0})
+        splits = ["source_test"] + [f"target_test:t{j}" for j in range(1, len(accs))]
+        acc = {s: {"point": a, "lo": a, "hi": a, "n": 50} for s, a in zip(splits, accs)}
+        rows = [(s, d) for s, d in zip(splits, drifts)] + [
+            (f"target_test:{k}", d) for k, d in unlabelled.items()]
+        pd.DataFrame({"split": [s for s, _ in rows], "layer": 2,
+                      "cosine_centred_mean": [d for _, d in rows]}).to_parquet(
+            tmp / "drift.parquet")
+        write_json(tmp / "metrics.json", {"kind": "external", "method": f"checkpoint:m{i}",
+                                          "accuracy": acc,
+                                          "unlabelled": [f"target_test:{k}" for k in unlabelled]})
+        store.commit(tmp, f"checkpoint-{i:012d}", "h")
+
+    for i in range(3):  # accuracy falls with drift: acc = 0.9 - drift (+ a little noise)
+        d = rng.uniform(0.05, 0.5, size=3)
+        fake_run(i, "base-a", d, list(0.9 - d + rng.normal(0, 0.005, 3)),
+                 {"new": 0.3} if i == 0 else {})
+    fake_run(9, "base-b", [0.1, 0.2], [0.8, 0.7], {"other": 0.2})
+    risk = ood_risk_table(tmp_path, n_boot=500).set_index("target")
+    new = risk.loc["new"]
+    assert new["reliable"] and new["n_fit"] == 9
+    assert new["est_acc"] == pytest.approx(0.6, abs=0.03)
+    assert new["est_lo"] < new["est_acc"] < new["est_hi"]
+    other = risk.loc["other"]  # base-b: 2 labelled domains only
+    assert not other["reliable"] and other["n_fit"] == 2 and "2 labelled domains" in \
+        other["status"]
+    assert (tmp_path / "ood_risk.csv").is_file()
