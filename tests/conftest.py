@@ -77,3 +77,19 @@ def enc_tok():
 @pytest.fixture
 def dec_tok():
     return word_tokenizer("decoder")
+
+
+@pytest.fixture
+def count_training(monkeypatch):
+    """The ``desc`` of every ``train_reward_model`` call the pipeline makes (in this process)."""
+    import anchorviz.experiment as ex
+
+    calls = []
+    real = ex.train_reward_model
+
+    def counting(*a, **k):
+        calls.append(k.get("desc"))
+        return real(*a, **k)
+
+    monkeypatch.setattr(ex, "train_reward_model", counting)
+    return calls

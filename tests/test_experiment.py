@@ -13,19 +13,6 @@ import anchorviz.experiment as ex
 from anchorviz.experiment import ConfigError, SweepConfig, config_from_dict, run, sweep
 
 
-@pytest.fixture
-def count_training(monkeypatch):
-    calls = []
-    real = ex.train_reward_model
-
-    def counting(*a, **k):
-        calls.append(k.get("desc"))
-        return real(*a, **k)
-
-    monkeypatch.setattr(ex, "train_reward_model", counting)
-    return calls
-
-
 def test_one_run_writes_the_documented_layout(tmp_path, count_training):
     cfg = tiny_config(tmp_path, **{"method.name": "anchor", "method.anchor_lambda": 1.0})
     out = tmp_path / "out"

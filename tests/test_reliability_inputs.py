@@ -16,19 +16,6 @@ from anchorviz import paths, zoo
 from anchorviz.cli import demo_sweep
 
 
-@pytest.fixture
-def count_training(monkeypatch):
-    calls = []
-    real = ex.train_reward_model
-
-    def counting(*a, **k):
-        calls.append(k.get("desc"))
-        return real(*a, **k)
-
-    monkeypatch.setattr(ex, "train_reward_model", counting)
-    return calls
-
-
 def _invert_labels(path: Path) -> None:
     """Swap chosen and rejected on every line, in place (same size)."""
     rows = [json.loads(line) for line in path.read_text().splitlines()]
