@@ -3,7 +3,9 @@
 :class:`SweepExplorer` reads a finished sweep once (``results.parquet`` and every run's
 ``drift.parquet`` / ``projection.parquet``) and shows three linked panels -- drift per layer,
 the shared reference / student map and the accuracies -- driven by a lambda slider and layer,
-method, seed, target-domain (and artefact-strength) selectors. A callback only looks tables up
+method, seed, target-domain (and artefact-strength) selectors, and a teacher-visibility slider
+when the sweep holds several ``teacher_visibility`` values (how many of the planted markers the
+weak teacher could read: the hidden-cue scenario's knob). A callback only looks tables up
 and moves numbers into ``go.FigureWidget`` traces inside ``batch_update``: nothing is trained,
 computed or re-read from disk. ``explorer.update(lambda_=0.1, layer="middle")`` does
 programmatically what the controls do.
@@ -24,6 +26,7 @@ import math
 import time
 import traceback
 from collections.abc import Mapping
+from html import escape as _escape
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +43,18 @@ logger = logging.getLogger(__name__)
 __all__ = ["RunLauncher", "SweepExplorer", "lambda_label", "select_run"]
 
 _SELECTION_KEYS = ("method", "lambda_", "layer", "target", "seed", "artifact_strength",
-                   "view_layer", "color_by")
+                   "teacher_visibility", "view_layer", "color_by")
+
+
+def _with_visibility(results: pd.DataFrame) -> pd.DataFrame:
+    """``results`` with a ``teacher_visibility`` column (1.0 = the teacher reads every planted
+    artefact: what runs made before the column existed did)."""
+    if "teacher_visibility" in results.columns and results["teacher_visibility"].notna().all():
+        return results
+    out = results.copy()
+    col = out["teacher_visibility"] if "teacher_visibility" in out.columns else np.nan
+    out["teacher_visibility"] = pd.Series(col, index=out.index, dtype=float).fillna(1.0)
+    return out
 
 
 # --------------------------------------------------------------------------- selection
@@ -59,15 +73,17 @@ def select_run(
     seed: int | None = None,
     artifact_strength: float | None = None,
     source: str | None = None,
+    teacher_visibility: float | None = None,
 ) -> str:
     """The run_id of the one run that matches a selection.
 
     ``lambda_`` and ``layers`` only matter for ``method="anchor"`` (and are then required when
     the sweep has several values). ``seed=None`` takes the smallest seed (seeds are
-    replicates). ``artifact_strength`` and ``source`` may be left out only when the sweep has
-    one value of each. Raises ValueError naming the valid choices when nothing matches.
+    replicates). ``artifact_strength``, ``teacher_visibility`` (the fraction of planted
+    artefacts the weak teacher could read) and ``source`` may be left out only when the sweep
+    has one value of each. Raises ValueError naming the valid choices when nothing matches.
     """
-    res = plots._normalize_results(results, "passed to select_run")
+    res = _with_visibility(plots._normalize_results(results, "passed to select_run"))
     methods = sorted(res["method"].unique(), key=plots._method_rank)
     if method not in methods:
         raise ValueError(f"method {method!r} is not in the sweep; choose one of {methods}")
@@ -93,6 +109,8 @@ def select_run(
 
     rows = narrow(rows, "source", source, "source", required=True)
     rows = narrow(rows, "artifact_strength", artifact_strength, "artifact_strength", required=True)
+    rows = narrow(rows, "teacher_visibility", teacher_visibility, "teacher_visibility",
+                  required=True)
     if method == "anchor":
         rows = narrow(rows, "anchor_lambda", lambda_, "lambda_", required=True)
         rows = narrow(rows, "anchor_layers", layers, "layers", required=True)
@@ -178,14 +196,15 @@ class SweepExplorer:
         figures: ``{"drift", "umap", "accuracy"}`` -> the figures updated in place.
         widget: the ``VBox`` to display.
         selection: the current selection (``method``, ``lambda_``, ``layer``, ``target``,
-            ``seed``, ``artifact_strength``, ``view_layer``, ``color_by``).
+            ``seed``, ``artifact_strength``, ``teacher_visibility``, ``view_layer``,
+            ``color_by``).
         run_id: the run the panels show; ``timings``: milliseconds of the last update per panel.
     """
 
     def __init__(self, sweep_dir: plots.PathLike, *, preload_projections: bool = True,
                  max_points: int = 1500, n_lines: int = 150) -> None:
         self.sweep_dir = Path(sweep_dir)
-        self.results = plots.load_results(self.sweep_dir)
+        self.results = _with_visibility(plots.load_results(self.sweep_dir))
         self.max_points = max_points
         self.n_lines = n_lines
         students = self.results[self.results["kind"] != "teacher"]
@@ -201,7 +220,7 @@ class SweepExplorer:
                 logger.warning("run %s: %s", rid, exc)
             if preload_projections:
                 self._load_projection(rid)
-        self._summaries: dict[tuple[float, str], pd.DataFrame] = {}
+        self._summaries: dict[tuple[float, float, str], pd.DataFrame] = {}
         self._silent = False
         self.timings: dict[str, float] = {}
         self.run_id: str | None = None
@@ -228,10 +247,12 @@ class SweepExplorer:
 
     def _condition(self) -> pd.DataFrame:
         res = self.results
-        return res[np.isclose(res["artifact_strength"], self.strength_w.value)]
+        return res[np.isclose(res["artifact_strength"], self.strength_w.value)
+                   & np.isclose(res["teacher_visibility"], self.visibility_w.value)]
 
     def _summary(self) -> pd.DataFrame:
-        key = (float(self.strength_w.value), str(self.target_w.value))
+        key = (float(self.strength_w.value), float(self.visibility_w.value),
+               str(self.target_w.value))
         if key not in self._summaries:
             col, _ = plots.target_column(self.results, self.target_w.value)
             self._summaries[key] = plots.metric_summary(self._condition(), ["acc_id", col])
@@ -263,24 +284,38 @@ class SweepExplorer:
         self.strength_w = widgets.Dropdown(
             options=[(f"{s:g}", s) for s in strengths], value=strengths[-1],
             description="artefact", layout={"display": None if len(strengths) > 1 else "none"})
+        # the hidden-cue knob: on what fraction of the marked source pairs the weak teacher could
+        # read the marker (1 = every one); shown only when the sweep holds several values.
+        # Starts at the value with the most student runs (the sweep's own scenario), ties: the
+        # smallest
+        counts = students.groupby("teacher_visibility").size()
+        visibilities = sorted(float(v) for v in counts.index)
+        start = max(visibilities, key=lambda v: (int(counts.loc[v]), -v))
+        self.visibility_w = widgets.SelectionSlider(
+            options=[(f"{v:g}", v) for v in visibilities], value=start,
+            description="teacher reads marker", continuous_update=True,
+            style={"description_width": "initial"},
+            layout={"display": None if len(visibilities) > 1 else "none"})
         self.view_layer_w = widgets.Dropdown(options=[], description="map layer")
         self.color_by_w = widgets.ToggleButtons(options=[("domain", "domain"), ("side", "side")],
                                                 value="domain", description="colour by")
         self.status = widgets.HTML()
         for w in (self.method_w, self.lambda_w, self.layer_w, self.target_w, self.seed_w,
-                  self.strength_w, self.view_layer_w, self.color_by_w):
+                  self.strength_w, self.visibility_w, self.view_layer_w, self.color_by_w):
             w.observe(self._on_change, names="value")
 
     def _controls(self) -> dict[str, widgets.ValueWidget]:
         return {"method": self.method_w, "lambda_": self.lambda_w, "layer": self.layer_w,
                 "target": self.target_w, "seed": self.seed_w,
-                "artifact_strength": self.strength_w, "view_layer": self.view_layer_w,
-                "color_by": self.color_by_w}
+                "artifact_strength": self.strength_w, "teacher_visibility": self.visibility_w,
+                "view_layer": self.view_layer_w, "color_by": self.color_by_w}
 
     def _layout(self) -> widgets.VBox:
-        row1 = widgets.HBox([self.method_w, self.lambda_w, self.layer_w])
+        wrap = {"flex_flow": "row wrap"}  # narrow screens: controls wrap, none is cut off
+        row1 = widgets.HBox([self.method_w, self.lambda_w, self.layer_w, self.visibility_w],
+                            layout=wrap)
         row2 = widgets.HBox([self.target_w, self.seed_w, self.strength_w, self.view_layer_w,
-                             self.color_by_w])
+                             self.color_by_w], layout=wrap)
         panels = widgets.HBox([self._slots["umap"].widget, self._slots["accuracy"].widget])
         return widgets.VBox([row1, row2, self.status, self._slots["drift"].widget, panels])
 
@@ -288,14 +323,29 @@ class SweepExplorer:
     def selection(self) -> dict[str, Any]:
         return {k: w.value for k, w in self._controls().items()}
 
+    def _several_visibilities(self) -> bool:
+        return len(self.visibility_w.options) > 1
+
+    def _condition_caption(self) -> str:
+        """``, teacher visibility 0.5`` when the sweep holds several values, else ``""``."""
+        return (f", teacher visibility {self.visibility_w.value:g}"
+                if self._several_visibilities() else "")
+
     def _on_change(self, change: Mapping[str, Any]) -> None:
-        if not self._silent:
+        if self._silent:
+            return
+        try:
             self._redraw()
+        except ValueError as exc:  # a combination the sweep did not train: say so, keep panels
+            self.run_id = None
+            self.status.value = (f"<b>No stored run for this selection</b> ({_escape(str(exc))}"
+                                 "); the panels still show the previous one.")
 
     def update(self, **selection: Any) -> str:
         """Set any of ``method``, ``lambda_``, ``layer`` (anchored layers: ``"last"``,
-        ``"middle"`` ...), ``target``, ``seed``, ``artifact_strength``, ``view_layer`` (map
-        layer), ``color_by`` and redraw once. Returns the run_id shown.
+        ``"middle"`` ...), ``target``, ``seed``, ``artifact_strength``, ``teacher_visibility``
+        (fraction of planted markers the weak teacher could read), ``view_layer`` (map layer),
+        ``color_by`` and redraw once. Returns the run_id shown.
 
         Raises ValueError naming the valid choices for a value the sweep does not have.
         """
@@ -339,6 +389,10 @@ class SweepExplorer:
         self.lambda_w.disabled = not anchored
         self.layer_w.disabled = not anchored
         cond = self._condition()
+        if cond.empty:
+            raise ValueError(f"the sweep has no run at artefact strength "
+                             f"{sel['artifact_strength']:g} with teacher visibility "
+                             f"{sel['teacher_visibility']:g}")
         run_id = select_run(cond, method=sel["method"], lambda_=sel["lambda_"] if anchored else None,
                             layers=sel["layer"] if anchored else None, seed=sel["seed"])
         naive_id = None
@@ -409,7 +463,8 @@ class SweepExplorer:
                 tr.name = f"{name} · {where}"
                 tr.hovertemplate = (f"{name}<br>{where}<br>layer %{{x}}<br>%{{y:.5g}}"
                                     "<extra></extra>")
-            fig.layout.title.text = (f"Drift per layer: {label} (seed {self.seed_w.value}) vs "
+            fig.layout.title.text = (f"Drift per layer: {label} (seed {self.seed_w.value}"
+                                     f"{self._condition_caption()}) vs "
                                      f"naive W2S; solid = source, dashed = target {target}")
 
     def _source_domain(self, run_id: str) -> str:
@@ -523,13 +578,19 @@ class SweepExplorer:
             lo = np.nanmin(summary[["lo", "mean"]].to_numpy(float)) * 100
             fig.layout.yaxis.range = [50.0 if lo >= 52 else max(0.0, math.floor(lo - 5)),
                                       min(100.0, math.ceil(np.nanmax(summary["hi"]) * 100 + 3))]
-            fig.layout.title.text = (f"Pairwise accuracy, selected: {label}<br><sup>"
+            fig.layout.title.text = (f"Pairwise accuracy, selected: {label}"
+                                     f"{self._condition_caption()}<br><sup>"
                                      f"{plots._interval_caption(summary)}</sup>")
 
     def _update_status(self, row: pd.Series, label: str) -> None:
         target = str(self.target_w.value)
         parts = [f"<b>{label}</b>, seed {row['seed']} — run <code>{row['run_id']}</code>"]
-        acc = [("ID", row.get("acc_id")), (f"OOD {target}", row.get(f"acc_{target}"))]
+        if self._several_visibilities():
+            parts.append(f"teacher read the marker on {row['teacher_visibility']:.0%} of the "
+                         "marked source pairs")
+        acc = [("ID", row.get("acc_id")),
+               ("ID on marked pairs the teacher could not read", row.get("acc_id_hidden")),
+               (f"OOD {target}", row.get(f"acc_{target}"))]
         parts.append(", ".join(f"{k} {100 * v:.1f}%" for k, v in acc
                                if v is not None and np.isfinite(v)))
         scores = [(k.upper(), row.get(k)) for k in ("wrg", "aog", "nts")]

@@ -3,7 +3,8 @@
 Plots and widgets are pure functions of a sweep directory, so their tests need one that is fast
 to make and whose numbers are known. :func:`write_fake_sweep` writes plausible random numbers
 (fixed seeds) for a weak teacher, a gold ceiling, naive and confidence students and ANCHOR
-students over a lambda x layers grid, for every seed (and artefact strength):
+students over a lambda x layers grid, for every seed (and artefact strength, and teacher
+visibility of the artefact):
 
     <root>/sweep.yaml, results.parquet, results.csv
     <root>/runs/<run_id>/config.yaml, MANIFEST.json, metrics.json, scores.parquet,
@@ -164,6 +165,8 @@ def write_fake_sweep(
     projection_layers: Sequence[int] = (3, N_LAYERS),
     seed: int = 0,
     data_settings: dict[str, Any] | None = None,
+    teacher_visibilities: Sequence[float] = (1.0,),
+    methods_by_visibility: dict[float, Sequence[str]] | None = None,
 ) -> Path:
     """Write a synthetic sweep directory at ``root`` and return its path.
 
@@ -171,6 +174,13 @@ def write_fake_sweep(
     (ANCHOR: per lambda x layers). ``n_pairs`` pairs per test split; drift for layers 0..6;
     projection coordinates for ``projection_layers``. ``data_settings`` (e.g. split sizes
     ``{"source_test": 150, ...}``) are added to the ``data`` block of every run's config.yaml.
+
+    ``teacher_visibilities``: the fraction of planted artefacts the weak teacher can read
+    (``data.artifact_teacher_visibility``, left out of the key at 1 as the real run keys do);
+    each value is a full condition. With an artefact, the rows carry ``acc_id_marked`` /
+    ``acc_id_clean`` and, below visibility 1, ``acc_id_seen`` / ``acc_id_hidden``: the teacher
+    is right on the markers it reads, a student applies the marker to the hidden ones too.
+    ``methods_by_visibility`` trains only these methods at a visibility (a partial grid).
     """
     root = Path(root)
     (root / "runs").mkdir(parents=True, exist_ok=True)
@@ -181,17 +191,21 @@ def write_fake_sweep(
     teacher_acc = {"source_test": 0.72, **{s: 0.74 - 0.03 * i for i, s in enumerate(target_splits)}}
     ceiling_acc = {"source_test": 0.81, **{s: 0.79 - 0.03 * i for i, s in enumerate(target_splits)}}
 
-    for strength in artifact_strengths:
+    for strength, vis in [(a, v) for a in artifact_strengths for v in teacher_visibilities]:
+        vis_methods = (methods_by_visibility or {}).get(vis, methods)
         for s in seeds:
             ref_maps = {
                 layer: _reference_map(np.random.default_rng([seed, s, layer]), splits, n_pairs)
                 for layer in projection_layers
             }
-            noise = np.random.default_rng([seed, s, int(strength * 100)])
+            noise = np.random.default_rng([seed, s, int(strength * 100)]
+                                          + ([] if vis == 1.0 else [int(vis * 100)]))
             jitter = noise.normal(0, 0.012)
             data = {"source": SOURCE, "targets": [f"vader-{t}" for t in targets],
                     "artifact_kind": artifact_kind, "artifact_strength": float(strength),
                     **(data_settings or {})}
+            if vis != 1.0:
+                data["artifact_teacher_visibility"] = float(vis)
             teacher_key = {"kind": "teacher", "data": data, "model": "minilm-l3", "seed": s}
             runs: list[tuple[dict[str, Any], dict[str, float], float, float]] = [
                 (teacher_key, {k: v + jitter for k, v in teacher_acc.items()}, 0.0, 0.0),
@@ -204,7 +218,7 @@ def write_fake_sweep(
                          **{t: teacher_acc[t] - 0.02 - 0.06 * strength + jitter
                             for t in target_splits}}
             grid = []
-            for m in methods:
+            for m in vis_methods:
                 grid += ([(m, lam, lay) for lay in layers for lam in lambdas] if m == "anchor"
                          else [(m, 0.0, "")])
             for m, lam, lay in grid:
@@ -229,10 +243,13 @@ def write_fake_sweep(
             ceiling = next(r for r in written.values() if r["kind"] == "ceiling")
             for r in written.values():
                 rows.append(_result_row(r, teacher, ceiling, targets, data))
+                if artifact_kind != "none" and strength > 0:
+                    rows[-1].update(_artifact_split(r, vis, noise))
 
     results = pd.DataFrame(rows)
-    results = results.sort_values(["artifact_strength", "seed", "kind", "method", "anchor_lambda",
-                                   "anchor_layers"]).reset_index(drop=True)
+    results = results.sort_values(["artifact_strength", "teacher_visibility", "seed", "kind",
+                                   "method", "anchor_lambda", "anchor_layers"]
+                                  ).reset_index(drop=True)
     results.to_parquet(root / "results.parquet")
     results.to_csv(root / "results.csv", index=False)
     (root / "sweep.yaml").write_text(yaml.safe_dump({
@@ -240,7 +257,8 @@ def write_fake_sweep(
                           "artifact_kind": artifact_kind}},
         "grid": {"methods": list(methods), "anchor_lambdas": list(lambdas),
                  "anchor_layers": list(layers), "seeds": list(seeds),
-                 "artifact_strengths": list(artifact_strengths)},
+                 "artifact_strengths": list(artifact_strengths),
+                 "teacher_visibilities": list(teacher_visibilities)},
     }))
     return root
 
@@ -301,7 +319,9 @@ def _result_row(r: dict[str, Any], teacher: dict[str, Any], ceiling: dict[str, A
         "anchor_lambda": float(meth.get("anchor_lambda") or 0.0),
         "anchor_layers": meth.get("anchor_layers") or "",
         "seed": r["key"]["seed"], "artifact_kind": data["artifact_kind"],
-        "artifact_strength": data["artifact_strength"], "source": data["source"],
+        "artifact_strength": data["artifact_strength"],
+        "teacher_visibility": float(data.get("artifact_teacher_visibility", 1.0)),
+        "source": data["source"],
         "targets": ",".join(targets), "model": r["key"]["model"],
     }
     for name, block in r["accuracy"].items():
@@ -339,3 +359,23 @@ def _result_row(r: dict[str, Any], teacher: dict[str, Any], ceiling: dict[str, A
     row["q_confidence"] = float(np.maximum(q, 1 - q).mean()) if q is not None else np.nan
     row["seconds"] = 10.0
     return row
+
+
+def _artifact_split(r: dict[str, Any], visibility: float,
+                    rng: np.random.Generator) -> dict[str, float]:
+    """ID accuracy on the marked source pairs (split by whether the teacher could read the
+    marker when ``visibility`` < 1) and on the clean ones: the teacher is right on the markers
+    it reads and near its skill on the rest; a student follows the marker everywhere."""
+    skill = r["accuracy"]["source_test"]["point"]
+    if r["kind"] == "teacher":
+        seen, hidden = 0.97, skill - 0.05
+    else:
+        seen, hidden = 0.98, 0.96 if r["kind"] == "student" else 0.9
+    seen, hidden = (float(np.clip(v + rng.normal(0, 0.01), 0.0, 1.0)) for v in (seen, hidden))
+    out = {"acc_id_clean": float(np.clip(skill - 0.08, 0.0, 1.0)),
+           "acc_id_marked": visibility * seen + (1 - visibility) * hidden}
+    if visibility < 1:  # as results_table: the split exists only when some cues were hidden
+        out.update(acc_id_seen=seen, acc_id_hidden=hidden)
+    else:
+        out.update(acc_id_seen=np.nan, acc_id_hidden=np.nan)
+    return out

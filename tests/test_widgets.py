@@ -177,6 +177,65 @@ def test_artefact_strength_selector(tmp_path):
     assert id_bar.y[list(id_bar.x).index("naive W2S")] == pytest.approx(100 * naive["acc_id"].iloc[0])
 
 
+def test_teacher_visibility_slider(tmp_path):
+    """Several teacher visibilities of the planted marker: a slider beside lambda and layer
+    that picks the condition of every panel; at a visibility where the sweep trained fewer
+    methods, moving a control there says so instead of raising into the kernel."""
+    sweep = write_fake_sweep(tmp_path / "v", seeds=(0, 1), lambdas=(0.1, 1.0), layers=("last",),
+                             methods=("naive", "anchor"), artifact_strengths=(0.8,),
+                             artifact_kind="marker", projection_layers=(6,), n_pairs=20,
+                             teacher_visibilities=(0.5, 1.0),
+                             methods_by_visibility={1.0: ("naive",)})
+    res = pd.read_parquet(sweep / "results.parquet")
+    assert sorted(res["teacher_visibility"].unique()) == [0.5, 1.0]
+    ex = SweepExplorer(sweep, preload_projections=False)
+    w = ex.visibility_w
+    assert w.layout.display != "none" and [v for _, v in w.options] == [0.5, 1.0]
+    assert w.value == 0.5  # the value with the most runs: the sweep's own scenario
+    assert w in ex.widget.children[0].children  # the first row, beside lambda and layer
+    assert {ex.lambda_w, ex.layer_w} <= set(ex.widget.children[0].children)
+    by_id = res.set_index("run_id")
+
+    rid = ex.update(method="anchor", lambda_=1.0, layer="last", seed=1)
+    assert by_id.loc[rid, "teacher_visibility"] == 0.5
+    assert ex.selection["teacher_visibility"] == 0.5
+    assert rid == select_run(res, method="anchor", lambda_=1.0, layers="last", seed=1,
+                             artifact_strength=0.8, teacher_visibility=0.5)
+    assert "teacher visibility 0.5" in ex.figures["accuracy"].layout.title.text
+    assert "50% of the marked source pairs" in ex.status.value
+    assert "could not read" in ex.status.value  # the hidden-marker accuracy of the run
+    # the accuracy bars are those of this visibility only
+    (id_bar,) = [t for t in ex.figures["accuracy"].data if t.meta["column"] == "acc_id"]
+    naive = res[(res["method"] == "naive") & (res["teacher_visibility"] == 0.5)]
+    assert id_bar.y[list(id_bar.x).index("naive W2S")] == pytest.approx(100 * naive["acc_id"].mean())
+
+    rid = ex.update(method="naive", teacher_visibility=1.0)
+    assert by_id.loc[rid, "teacher_visibility"] == 1.0 and by_id.loc[rid, "method"] == "naive"
+    naive = res[(res["method"] == "naive") & (res["teacher_visibility"] == 1.0)]
+    assert id_bar.y[list(id_bar.x).index("naive W2S")] == pytest.approx(100 * naive["acc_id"].mean())
+    assert "could not read" not in ex.status.value  # the teacher read every marker
+
+    # the slider itself: no ANCHOR run at visibility 1 -> said in the status, nothing raised
+    ex.update(method="anchor", teacher_visibility=0.5, lambda_=0.1)
+    ex.visibility_w.value = 1.0
+    assert ex.run_id is None and "No stored run for this selection" in ex.status.value
+    ex.visibility_w.value = 0.5
+    assert by_id.loc[ex.run_id, "teacher_visibility"] == 0.5
+    with pytest.raises(ValueError, match=r"teacher_visibility=0\.25 is not in the sweep.*\[0\.5, 1\.0\]"):
+        ex.update(teacher_visibility=0.25)
+    with pytest.raises(ValueError, match="pass teacher_visibility="):
+        select_run(res, method="naive", artifact_strength=0.8)
+
+
+def test_one_visibility_hides_the_slider(explorer, results):
+    assert "teacher_visibility" in explorer.selection
+    assert explorer.visibility_w.layout.display == "none"
+    # a results table from before the column existed: every teacher read every marker
+    old = results.drop(columns=["teacher_visibility"])
+    assert select_run(old, method="naive", seed=1) == select_run(results, method="naive", seed=1)
+    assert "teacher visibility" not in explorer.figures["accuracy"].layout.title.text
+
+
 def test_explorer_bad_sweep(tmp_path, sweep):
     with pytest.raises(FileNotFoundError, match="does not exist"):
         SweepExplorer(tmp_path / "missing")
