@@ -928,14 +928,53 @@ def get_manifest(name: str) -> dict[str, Any]:
     return ms[name]
 
 
-def list_datasets() -> pd.DataFrame:
-    """The named datasets: one row per manifest (name, hub_id, category, licence, adapter)."""
-    rows = [
-        {"name": m["name"], "hub_id": m.get("hub_id"), "category": m["category"],
-         "licence": m["licence"], "adapter": m["adapter"]}
-        for m in _manifests().values()
-    ]
-    return pd.DataFrame(rows, columns=["name", "hub_id", "category", "licence", "adapter"])
+def list_datasets(local: bool = False) -> pd.DataFrame:
+    """The named datasets: one row per manifest (name, hub_id, category, licence, adapter).
+
+    ``local=True`` adds ``cached`` (whether it can be read on this machine without network:
+    its local file, the VADER source archive in anchorviz's cache, or a Hugging Face datasets /
+    hub cache entry) and ``local_path`` (that file or cache folder; where it would be for a
+    local file that is missing). Nothing is downloaded or created."""
+    cols = ["name", "hub_id", "category", "licence", "adapter"]
+    rows = []
+    for m in _manifests().values():
+        row = {"name": m["name"], "hub_id": m.get("hub_id"), "category": m["category"],
+               "licence": m["licence"], "adapter": m["adapter"]}
+        if local:
+            row["cached"], row["local_path"] = _local_copy(m)
+        rows.append(row)
+    return pd.DataFrame(rows, columns=cols + (["cached", "local_path"] if local else []))
+
+
+def _local_copy(m: Mapping[str, Any]) -> tuple[bool, str | None]:
+    """``(readable offline, path)`` of a manifest's data on this machine (see `list_datasets`)."""
+    import os
+
+    if m["adapter"] == "vader":
+        from anchorviz.paths import cache_dir
+        from anchorviz.vader import VADER_SDIST_NAME
+
+        path = cache_dir() / "datasets" / "vader" / VADER_SDIST_NAME
+        return path.is_file(), str(path) if path.is_file() else None
+    if m.get("local_file"):
+        try:
+            path = _manifest_local_path(m)
+        except FileNotFoundError:  # the shared real-data folder is not on this machine
+            return False, None
+        return path.exists(), str(path)
+    hub_id = m.get("hub_id")
+    if not hub_id:
+        return False, None
+    try:
+        from huggingface_hub import constants
+    except ImportError:
+        return False, None
+    datasets_cache = Path(os.environ.get("HF_DATASETS_CACHE") or Path(constants.HF_HOME) / "datasets")
+    for path in (datasets_cache / hub_id.replace("/", "___"),
+                 Path(constants.HF_HUB_CACHE) / ("datasets--" + hub_id.replace("/", "--"))):
+        if path.is_dir():
+            return True, str(path)
+    return False, None
 
 
 def _manifest_local_path(m: Mapping[str, Any]) -> Path:

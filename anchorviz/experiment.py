@@ -238,6 +238,7 @@ class RunConfig:
             if not (isinstance(v, str) and v.strip()):
                 raise ConfigError(f"models.{k} must name a zoo model, a local folder or a hub id, "
                                   f"got {v!r}")
+            _check_model_name(v, f"models.{k}")
         if not (isinstance(m.aux_coef, (int, float)) and 0 <= m.aux_coef <= 1):
             raise ConfigError(f"method.aux_coef must be in [0, 1], got {m.aux_coef!r}")
         if not (isinstance(m.aux_warmup_frac, (int, float)) and 0 <= m.aux_warmup_frac <= 1):
@@ -254,12 +255,37 @@ class RunConfig:
                     "another dataset, or its 'out-of-distribution' accuracy is in-distribution")
             short = target_name(t)
             if short in names:
-                raise ConfigError(f"data.targets: {t!r} and {names[short]!r} are the same target "
-                                  f"(both named {short!r})")
+                raise ConfigError(
+                    f"data.targets: {t!r} and {names[short]!r} are the same target (both named "
+                    f"{short!r}); give one a short name of its own: {{path: ..., name: ...}}")
             names[short] = t
 
 
 _LAYER_SPEC = re.compile(r"last|middle|all| *\d+ *(, *\d+ *)*")
+_HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*")
+
+
+def _check_model_name(name: str, where: str) -> None:
+    """`ConfigError` naming ``where`` unless ``name`` is a zoo model, an existing local folder
+    or a plausible hub id (``org/name``): checked before anything trains, so a misspelt student
+    fails now, not after the teacher has trained. Nothing is downloaded or prepared here."""
+    from anchorviz.zoo import ZOO, _unknown_message
+
+    if name in ZOO:
+        return
+    path = Path(name).expanduser()
+    if path.is_dir():
+        return
+    if path.exists():
+        raise ConfigError(f"{where}: {name!r} is a file; a model must be a folder (config.json "
+                          "+ weights), a zoo name or a hub id")
+    if path.is_absolute() or name.startswith((".", "~")) or "\\" in name:
+        raise ConfigError(f"{where}: model folder {name!r} does not exist")
+    if _HUB_ID.fullmatch(name) and ".." not in name:
+        return
+    if "/" in name:
+        raise ConfigError(f"{where}: {name!r} is neither a local folder nor an 'org/name' hub id")
+    raise ConfigError(f"{where}: {_unknown_message(name)}")
 
 #: the keys of a dataset given as a mapping in ``data.source`` / ``data.targets``
 DATASET_ENTRY_KEYS = ("path", "name", "column_map")
@@ -530,19 +556,39 @@ def _group_key(df: pd.DataFrame, setting: str):
 
 
 def target_name(dataset: str | dict) -> str:
-    """Short name of a target dataset for split / column / file names (``vader-amazon`` ->
-    ``amazon``, a path ``/data/t.jsonl`` -> ``_data_t.jsonl``, an entry ``{path: ..., name:
-    books}`` -> ``books``). It becomes part of file names (captures, drift), so it goes through
-    the one sanitiser, `anchorviz.paths.safe_component`: ``vader-../../t.jsonl`` cannot name a
-    file outside the run folder."""
+    """Short name of a target dataset for split / column / file names: a named dataset keeps its
+    name (``vader-amazon`` -> ``amazon``), a local file or folder its stem (``/data/t.jsonl`` ->
+    ``t``, ``/data/books/`` -> ``books``), an entry ``{path: ..., name: books}`` its ``name``, a
+    hub id ``org/name`` -> ``org_name``. Not part of any run key (the key holds the entry itself).
+    It becomes part of file names (captures, drift), so it goes through the one sanitiser,
+    `anchorviz.paths.safe_component`: ``vader-../../t.jsonl`` cannot name a file outside the
+    run folder."""
     from anchorviz.paths import safe_component
 
     if isinstance(dataset, dict):
         if dataset.get("name"):
             return safe_component(str(dataset["name"]))
         dataset = dataset_path(dataset)
-    short = dataset.split("vader-", 1)[-1] if dataset.startswith("vader-") else dataset.replace("/", "_")
+    if dataset.startswith("vader-"):
+        short = dataset.split("vader-", 1)[-1]
+    elif dataset not in _dataset_manifests() and _names_a_path(dataset):
+        from anchorviz.data import _kind, _strip_gz
+
+        short = _strip_gz(Path(dataset).expanduser().name)
+        kind = _kind(Path(short))
+        if kind and len(short) > len(kind):
+            short = short[: -len(kind)]
+    else:
+        short = dataset.replace("/", "_")
     return safe_component(short)
+
+
+def _names_a_path(name: str) -> bool:
+    """A dataset string that is a local file or folder (or written as one: absolute, ``./``,
+    ``~``, or a data file's extension), not a dataset name or a hub id."""
+    from anchorviz.data import _looks_like_path
+
+    return Path(name).expanduser().exists() or _looks_like_path(name)
 
 
 def data_config(cfg: RunConfig) -> DataConfig:

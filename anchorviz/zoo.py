@@ -1055,17 +1055,14 @@ def _versions() -> dict[str, str]:
 
 
 def list_models() -> list[dict[str, Any]]:
-    """One dict per zoo model: its :class:`ZooEntry` fields plus ``prepared`` and ``path``."""
+    """One dict per zoo model: its :class:`ZooEntry` fields plus ``prepared`` (converted and
+    verified in the cache, sizes checked) and ``path`` (its cache folder, where it is or will be
+    prepared on first use)."""
     rows = []
     for name, entry in ZOO.items():
         ready = is_prepared(name, content=False)  # a listing: sizes only, no hashing
-        rows.append(
-            {
-                **entry.to_dict(),
-                "prepared": ready,
-                "path": str(cache_subdir("models") / name) if ready else None,
-            }
-        )
+        rows.append({**entry.to_dict(), "prepared": ready,
+                     "path": str(cache_subdir("models") / name)})
     return rows
 
 

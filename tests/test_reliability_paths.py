@@ -35,7 +35,7 @@ def test_plain_names_are_unchanged():
     for name in ("amazon", "nyt", "tweets", "realdata-pku-safe", "_tmp_x_data_tgt.jsonl", "a.b-c_d"):
         assert safe_component(name) == name
     assert ex.target_name("vader-amazon") == "amazon"
-    assert ex.target_name("/data/t.jsonl") == "_data_t.jsonl"
+    assert ex.target_name("/data/t.jsonl") == "t"  # a local file: its stem
     assert ex.target_name("vader-../../../../t.jsonl") == "________t.jsonl"
     assert safe_component("x" * 300) != safe_component("x" * 299 + "y")  # shortened apart
 
