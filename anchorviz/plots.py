@@ -46,6 +46,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
+import plotly.io as pio
 from plotly.colors import sample_colorscale
 from plotly.subplots import make_subplots
 
@@ -66,6 +67,14 @@ __all__ = [
     "drift_curve",
     "drift_vs_ood_figure",
     "export_figure",
+    "export_paper_figures",
+    "figure_caption",
+    "loss_curve_figure",
+    "OKABE_ITO",
+    "PAPER_WIDTHS",
+    "paper_style",
+    "paper_width_inches",
+    "TEMPLATE",
     "label_confidence_figure",
     "lambda_sweep_figure",
     "load_metrics",
@@ -85,6 +94,7 @@ __all__ = [
     "umap_figure",
     "umap_groups",
     "umap_movement",
+    "wrap_title",
 ]
 
 RESULTS_FILE = "results.parquet"
@@ -119,20 +129,39 @@ METHOD_NAMES = {
     "anchor": "ANCHOR",
     "ceiling": "strong ceiling (gold labels)",
 }
-METHOD_COLORS = {
-    "teacher": "#8c8c8c",
-    "naive": "#d62728",
-    "confidence": "#ff7f0e",
-    "seam": "#8c564b",
-    "ceiling": "#2b2b2b",
+#: the Okabe-Ito palette (Okabe & Ito 2008, "Color Universal Design"): eight colours that stay
+#: apart under the common colour-vision deficiencies; every colour of these figures comes from
+#: it (or from a light-to-dark ramp of one of its hues), never a red / green pair
+OKABE_ITO = {
+    "black": "#000000", "orange": "#E69F00", "sky_blue": "#56B4E9", "bluish_green": "#009E73",
+    "yellow": "#F0E442", "blue": "#0072B2", "vermillion": "#D55E00",
+    "reddish_purple": "#CC79A7", "grey": "#999999",
 }
-# ANCHOR: one colour scale per layer choice, darker = stronger lambda
-_ANCHOR_SCALES = {"last": "Blues", "middle": "Greens", "all": "Purples"}
-_OTHER_ANCHOR_SCALE = "RdPu"
+_OI = OKABE_ITO
+METHOD_COLORS = {
+    "teacher": _OI["grey"],
+    "naive": _OI["vermillion"],
+    "confidence": _OI["orange"],
+    "seam": _OI["reddish_purple"],
+    "ceiling": _OI["black"],
+}
+# ANCHOR: one light-to-dark ramp of an Okabe-Ito hue per layer choice, darker = stronger
+# lambda (line style tells the layer choices apart as well)
+_ANCHOR_SCALES = {
+    "last": [[0.0, "#cfe6f5"], [0.5, _OI["blue"]], [1.0, "#00324f"]],
+    "middle": [[0.0, "#c2ebde"], [0.5, _OI["bluish_green"]], [1.0, "#003d2c"]],
+    "all": [[0.0, "#f3d9e7"], [0.5, _OI["reddish_purple"]], [1.0, "#5e2447"]],
+}
+_OTHER_ANCHOR_SCALE = [[0.0, "#d9d9d9"], [1.0, "#333333"]]
 _LAYER_DASHES = {"last": "solid", "middle": "dash", "all": "dot"}
 _DOMAIN_DASHES = ("solid", "dash", "dot", "dashdot", "longdash", "longdashdot")
-_DOMAIN_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf")
-_SIDE_COLORS = {"chosen": "#2ca02c", "rejected": "#d62728"}
+_DOMAIN_COLORS = (_OI["blue"], _OI["orange"], _OI["bluish_green"], _OI["reddish_purple"],
+                  _OI["sky_blue"], _OI["vermillion"], _OI["black"])
+# chosen / rejected: blue / orange (a pair that colour-blind readers tell apart), not green / red
+_SIDE_COLORS = {"chosen": _OI["blue"], "rejected": _OI["orange"]}
+#: in / out of distribution in the accuracy figures; the transfer scores
+_ID_COLOR, _OOD_COLOR = _OI["blue"], _OI["orange"]
+_TRANSFER_COLORS = {"wrg": _OI["blue"], "aog": _OI["orange"], "nts": _OI["bluish_green"]}
 _GROUP_KEYS = ["method", "anchor_lambda", "anchor_layers"]
 _TRANSFER_NAMES = {
     "wrg": "WRG: ID gain",
@@ -143,6 +172,17 @@ _TOP_LEGEND = {"orientation": "h", "yanchor": "bottom", "y": 1.0, "xanchor": "le
 # below the axis titles, in the figure's own bottom margin (container coordinates)
 _BOTTOM_LEGEND = {"orientation": "h", "yref": "container", "yanchor": "bottom", "y": 0.01,
                   "xanchor": "left", "x": 0.0}
+
+def _template() -> go.layout.Template:
+    t = go.layout.Template(pio.templates["plotly_white"])
+    t.layout.colorway = [OKABE_ITO[k] for k in ("blue", "orange", "bluish_green", "vermillion",
+                                                 "reddish_purple", "sky_blue", "black", "yellow")]
+    return t
+
+
+#: plotly_white with the Okabe-Ito colours as the colour cycle (traces without an explicit
+#: colour get them too); the explorer's panels use it as well
+TEMPLATE = _template()
 _IMAGE_SUFFIXES = (".png", ".svg", ".pdf", ".jpg", ".jpeg", ".webp")
 _HTML_SUFFIXES = (".html", ".htm")
 
@@ -296,7 +336,7 @@ def _group_table(rows: pd.DataFrame) -> pd.DataFrame:
 def _group_color(method: str, anchor_lambda: float, anchor_layers: str,
                  rows: pd.DataFrame) -> str:
     if method != "anchor":
-        return METHOD_COLORS.get(method, "#17becf")
+        return METHOD_COLORS.get(method, _OI["sky_blue"])
     lams = _unique(rows.loc[rows["method"] == "anchor", "anchor_lambda"])
     frac = 0.85 if len(lams) < 2 else 0.4 + 0.55 * lams.index(anchor_lambda) / (len(lams) - 1)
     scale = _ANCHOR_SCALES.get(anchor_layers, _OTHER_ANCHOR_SCALE)
@@ -511,7 +551,7 @@ def accuracy_figure(
     src = ", ".join(sorted(rows["source"].unique()))
     names = {"acc_id": f"in-distribution: {src} test split",
              ood_col: f"out-of-distribution: {ood_desc}"}
-    colors = {"acc_id": "#1f4e79", ood_col: "#f28e2b"}
+    colors = {"acc_id": _ID_COLOR, ood_col: _OOD_COLOR}
     for col in ("acc_id", ood_col):
         part = summary[summary["column"] == col]
         fig.add_trace(go.Bar(
@@ -533,7 +573,7 @@ def _accuracy_layout(fig: go.Figure, summary: pd.DataFrame, caption: str) -> Non
                      _interval_caption(summary)
                      + ("; axis starts at chance (50%)" if lo == 50.0 else "")),
         barmode="group", xaxis_title="method", yaxis_title="pairwise accuracy (%)",
-        yaxis_range=[lo, hi], legend=_TOP_LEGEND, margin={"t": 120}, template="plotly_white",
+        yaxis_range=[lo, hi], legend=_TOP_LEGEND, margin={"t": 120}, template=TEMPLATE,
     )
     fig.add_hline(y=50, line={"dash": "dot", "color": "grey"})
 
@@ -573,8 +613,8 @@ def shortcut_figure(
              "acc_id_clean": "ID, clean pairs (no artefact)",
              "acc_ood": "OOD (targets: no artefact)"}
     names = {c: names[c] for c in cols + ["acc_ood"]}
-    colors = {"acc_id_marked": "#9ecae1", "acc_id_seen": "#9ecae1", "acc_id_hidden": "#6baed6",
-              "acc_id_clean": "#1f4e79", "acc_ood": "#f28e2b"}
+    colors = {"acc_id_marked": _OI["sky_blue"], "acc_id_seen": _OI["sky_blue"],
+              "acc_id_hidden": "#a9d5f2", "acc_id_clean": _ID_COLOR, "acc_ood": _OOD_COLOR}
     fig = go.Figure()
     for col in names:
         part = summary[summary["column"] == col]
@@ -618,7 +658,7 @@ def transfer_figure(
         rows["nts_target"] = rows[aog_col] - np.maximum(0.0, -rows["wrg"])
         cols["nts"] = "nts_target"
     summary = metric_summary(rows, list(cols.values()), confidence, spread)
-    colors = {"wrg": "#4e79a7", "aog": "#f28e2b", "nts": "#59a14f"}
+    colors = _TRANSFER_COLORS
     fig = go.Figure()
     for score, col in cols.items():
         part = summary[summary["column"] == col]
@@ -635,7 +675,7 @@ def transfer_figure(
                      "WRG = student - teacher on the source test split; AOG = the same out of "
                      "distribution; NTS = AOG - any ID loss. " + _interval_caption(summary)),
         barmode="group", xaxis_title="method", yaxis_title="score (points = accuracy % difference)",
-        legend=_TOP_LEGEND, margin={"t": 120}, template="plotly_white",
+        legend=_TOP_LEGEND, margin={"t": 120}, template=TEMPLATE,
     )
     return fig
 
@@ -825,7 +865,7 @@ def drift_by_layer_figure(
                      ("one panel per domain; " if facet else "")
                      + "higher CKA / lower cosine drift = closer to the pretrained student; "
                      "layer 0 = embeddings"),
-        template="plotly_white", legend={"groupclick": "togglegroup", **_BOTTOM_LEGEND},
+        template=TEMPLATE, legend={"groupclick": "togglegroup", **_BOTTOM_LEGEND},
         margin={"t": 110, "b": 170}, height=580,
     )
     fig.update_xaxes(dtick=1, title_text="layer (0 = embeddings)")
@@ -1054,8 +1094,8 @@ def umap_figure(
                      "reference, filled diamonds = student, lines = where training moved a "
                      "response"),
         xaxis_title=f"{how} axis 1 (fitted on reference states; unitless)",
-        yaxis_title=f"{how} axis 2 (unitless)", template="plotly_white",
-        legend={"orientation": "v"},
+        yaxis_title=f"{how} axis 2 (unitless)", template=TEMPLATE,
+        legend=_BOTTOM_LEGEND, margin={"t": 100, "b": 190}, height=680, autosize=True,
     )
     fig.layout.meta = {"projection_method": how}
     fig.update_yaxes(scaleanchor="x", scaleratio=1)
@@ -1289,7 +1329,7 @@ def drift_vs_ood_figure(
         title = _title(f"Drift vs {gain_name}, per target domain", rule)
     else:
         title = _title(f"Drift vs {gain_name} across runs: {stats['pooled'][1]}", rule)
-    fig.update_layout(title=title, template="plotly_white", legend=_BOTTOM_LEGEND,
+    fig.update_layout(title=title, template=TEMPLATE, legend=_BOTTOM_LEGEND,
                       margin={"t": 130 if by_target else 100, "b": 170}, height=580)
     fig.update_xaxes(title_text=x_label)
     if by_target:
@@ -1394,8 +1434,8 @@ def lambda_sweep_figure(
     fig.update_layout(
         title=_title(f"What the anchor strength λ does ({caption})",
                      _interval_caption(metric_summary(anchor, ["acc_id"], confidence, spread))),
-        template="plotly_white", height=760, width=1150,
-        legend={"orientation": "v", "x": 1.02, "y": 1.0, "yanchor": "top"},
+        template=TEMPLATE, height=820, autosize=True,
+        legend=_BOTTOM_LEGEND, margin={"t": 110, "b": 170},
     )
     return fig
 
@@ -1447,23 +1487,394 @@ def label_confidence_figure(
             if flagged else "Teacher soft labels")
     fig = go.Figure(go.Histogram(
         x=q, xbins={"start": 0.0, "end": 1.0, "size": 1.0 / bins}, name=what,
-        marker_color="#c0392b" if flagged else "#4e79a7",
+        marker_color=_OI["vermillion"] if flagged else _OI["blue"],
         hovertemplate="q %{x}<br>%{y} pairs<extra></extra>"))
     fig.add_vline(x=0.5, line={"dash": "dash", "color": "black"},
                   annotation_text="q = 0.5: no preference", annotation_position="top")
     fig.update_layout(
         title=_title(main, f"{what}: {stats_line}"),
         xaxis_title="soft label q = P(chosen preferred)", yaxis_title="pairs",
-        xaxis_range=[0, 1], bargap=0.02, template="plotly_white", showlegend=False,
+        xaxis_range=[0, 1], bargap=0.02, template=TEMPLATE, showlegend=False,
     )
     fig.layout.meta = {"q_mean": float(q.mean()), "q_confidence": float(conf.mean()),
                        "uninformative": bool(flagged)}
     if flagged:
-        fig.update_layout(title_font_color="#c0392b")
+        fig.update_layout(title_font_color=_OI["vermillion"])
     return fig
 
 
+# --------------------------------------------------------------------------- training loss
+
+
+def _smooth(values: np.ndarray, window: int) -> np.ndarray:
+    if window <= 1 or values.size < 2:
+        return values
+    return pd.Series(values).rolling(window, min_periods=1, center=True).mean().to_numpy(float)
+
+
+def loss_curve_figure(
+    sweep_dir: PathLike | None = None,
+    *,
+    results: pd.DataFrame | None = None,
+    histories: Mapping[str, pd.DataFrame] | None = None,
+    kinds: Sequence[str] = ("student", "ceiling"),
+    artifact_strength: float | None = None,
+    source: str | None = None,
+    smooth: int | None = None,
+) -> go.Figure:
+    """Training loss per optimiser step from the runs' stored ``history.parquet``.
+
+    Left panel: the fit term (soft Bradley-Terry loss on the teacher's labels; the ceiling's on
+    gold labels), with ln 2, the loss of a model with no preference. Right panel (when any run
+    is anchored): the ANCHOR term as it enters the total loss, lambda x MSE(student states,
+    frozen reference states) -- ``history`` stores the unweighted MSE in ``anchor`` and lambda
+    is the run's. One line per method group (colours as in the other figures), the mean over
+    seeds at each step, smoothed by a centred rolling mean over ``smooth`` steps (default:
+    about 1/40 of the run, at least 1; the subtitle says how many).
+    ``histories``: ``{run_id: history table}`` instead of reading the run folders.
+    """
+    res = _results_arg(sweep_dir, results)
+    rows, caption = select_condition(res, artifact_strength, source)
+    rows = rows[rows["kind"].isin(list(kinds))]
+    if rows.empty:
+        raise ValueError(f"no runs of kind {list(kinds)} to draw training loss for")
+    tables: dict[str, pd.DataFrame] = {}
+    for rid in rows["run_id"]:
+        if histories is not None and rid in histories:
+            tables[rid] = histories[rid]
+            continue
+        if sweep_dir is None:
+            raise ValueError(f"no history for run {rid!r}: pass sweep_dir (or histories=)")
+        try:
+            tables[rid] = load_run_table(run_path(sweep_dir, rid), "history")
+        except FileNotFoundError:
+            logger.warning("run %s has no history.parquet; left out of the loss figure", rid)
+    tables = {r: t for r, t in tables.items() if {"step", "fit"} <= set(t.columns) and len(t)}
+    if not tables:
+        raise ValueError("none of the selected runs has a history table with step and fit columns")
+    rows = rows[rows["run_id"].isin(list(tables))]
+    lam = dict(zip(rows["run_id"], rows["anchor_lambda"].astype(float), strict=True))
+    anchored = any("anchor" in tables[r].columns and lam.get(r, 0) > 0
+                   and np.isfinite(tables[r]["anchor"].astype(float)).any() for r in tables)
+    n_steps = max(len(t) for t in tables.values())
+    window = max(1, round(n_steps / 40)) if smooth is None else max(1, int(smooth))
+    panels = [("fit", "fit loss (soft Bradley-Terry)")]
+    if anchored:
+        panels.append(("anchor", "ANCHOR term λ × MSE to the reference"))
+    fig = make_subplots(rows=1, cols=len(panels), subplot_titles=[p[1] for p in panels],
+                        horizontal_spacing=0.1) if len(panels) > 1 else go.Figure()
+    for g in _group_table(rows).itertuples(index=False):
+        ids = list(rows.loc[_group_mask(rows, g.method, g.anchor_lambda, g.anchor_layers),
+                            "run_id"])
+        n = len(ids)
+        label = g.label + (f" (mean of {n} seeds)" if n > 1 else "")
+        for i, (term, _) in enumerate(panels):
+            parts = []
+            for rid in ids:
+                t = tables[rid]
+                if term == "fit":
+                    val = t["fit"].astype(float)
+                elif "anchor" in t.columns and lam.get(rid, 0) > 0:
+                    val = t["anchor"].astype(float) * lam[rid]
+                else:
+                    continue
+                parts.append(pd.DataFrame({"step": t["step"].to_numpy(), "v": val.to_numpy()}))
+            if not parts:
+                continue
+            curve = pd.concat(parts).groupby("step", sort=True)["v"].mean()
+            tr = go.Scatter(
+                x=curve.index.to_numpy(), y=_smooth(curve.to_numpy(float), window), mode="lines",
+                name=label, legendgroup=label, showlegend=i == 0,
+                line={"color": g.color, "width": 1.8,
+                      "dash": _LAYER_DASHES.get(g.anchor_layers, "solid")
+                      if g.method == "anchor" else "solid"},
+                meta={"term": term, "runs": ids, "group": g.label, "window": window},
+                hovertemplate=f"{label}<br>step %{{x}}<br>{term}: %{{y:.4f}}<extra></extra>")
+            if len(panels) > 1:
+                fig.add_trace(tr, row=1, col=i + 1)
+            else:
+                fig.add_trace(tr)
+    where = {"row": 1, "col": 1} if len(panels) > 1 else {}
+    fig.add_hline(y=math.log(2), line={"color": "grey", "dash": "dot", "width": 1},
+                  annotation_text="ln 2: no preference", annotation_position="top right", **where)
+    sm = f"rolling mean over {window} steps" if window > 1 else "per step, unsmoothed"
+    fig.update_layout(
+        title=_title("Training loss per step" + (f" ({caption})" if caption else ""),
+                     f"mean over seeds, {sm}; from each run's history.parquet"
+                     + ("; ANCHOR term = λ × the stored unweighted MSE" if anchored else "")),
+        template=TEMPLATE, legend=_BOTTOM_LEGEND, margin={"t": 110, "b": 150}, height=520,
+        autosize=True)
+    fig.update_xaxes(title_text="optimiser step")
+    if len(panels) > 1:
+        fig.update_yaxes(title_text="loss", row=1, col=1)
+        fig.update_yaxes(title_text="λ × MSE", row=1, col=2)
+    else:
+        fig.update_yaxes(title_text="fit loss")
+    fig.layout.meta = {"window": window, "anchored": anchored, "runs": sorted(tables)}
+    return fig
+
+
+# --------------------------------------------------------------------------- paper style
+
+#: column widths of a two-column paper, in inches (ACL / NeurIPS / IEEE are 3.3-3.5 single,
+#: 6.9-7.2 double)
+PAPER_WIDTHS: dict[str, float] = {"single": 3.5, "double": 7.2}
+#: CSS pixels per inch: plotly lays figures out in CSS px, kaleido writes PDF / SVG at 96 px/in
+CSS_DPI = 96
+_PAPER_FONT = "Arial, Helvetica, 'Liberation Sans', 'DejaVu Sans', sans-serif"
+
+
+def _pt(points: float) -> float:
+    """A font size in printed points as CSS px (what plotly takes)."""
+    return points * CSS_DPI / 72
+
+
+def paper_width_inches(width: str | float) -> float:
+    """``"single"`` (3.5 in), ``"double"`` (7.2 in) or a number of inches."""
+    if isinstance(width, str):
+        if width not in PAPER_WIDTHS:
+            raise ValueError(f"paper width must be one of {sorted(PAPER_WIDTHS)} or inches, "
+                             f"got {width!r}")
+        return PAPER_WIDTHS[width]
+    w = float(width)
+    if not 1.0 <= w <= 20.0:
+        raise ValueError(f"paper width {w} in is not a plausible figure width (1-20 in)")
+    return w
+
+
+def figure_caption(fig: go.Figure) -> str:
+    """The figure's title and subtitle as plain text (for a caption list or a file name)."""
+    import html as _html
+    import re
+
+    text = fig.layout.title.text or ""
+    text = re.sub(r"<br\s*/?>", " — ", text, count=1)
+    text = re.sub(r"<br\s*/?>", " ", text)
+    return _html.unescape(re.sub(r"<[^>]+>", "", text)).strip(" —")
+
+
+def _legend_entries(fig: go.Figure) -> list[str]:
+    if fig.layout.showlegend is False:
+        return []
+    names, groups = [], set()
+    for tr in fig.data:
+        if tr.showlegend is False or not tr.name:
+            continue
+        key = tr.legendgroup or tr.name
+        if key in groups:
+            continue
+        groups.add(key)
+        names.append(str(tr.name))
+    return names if len(names) > 1 or any(t.showlegend for t in fig.data) else []
+
+
+def _legend_columns(names: Sequence[str], width_px: float, font_px: float) -> int:
+    """How many equal columns a legend of ``names`` can take in ``width_px`` (an upper
+    estimate of each entry: wide fonts, plotly's 40 px symbol and gap)."""
+    longest = 40 + 0.62 * font_px * max((len(n) for n in names), default=0)
+    return max(1, min(4, len(names), int(width_px // longest)))
+
+
+def _wrap_html(text: str, width_px: float, font_px: float) -> str:
+    """Wrap a plotly label (lines split by ``<br>``, a line may be one ``<sup>...</sup>``) to
+    ``width_px``; lines with other markup are kept whole."""
+    import re
+
+    out = []
+    for part in re.split(r"<br\s*/?>", text):
+        sup = re.fullmatch(r"\s*<sup>(.*)</sup>\s*", part, flags=re.S)
+        inner = sup.group(1) if sup else part
+        f = font_px * (0.7 if sup else 1.0)
+        if len(inner) * 0.56 * f <= width_px or "<" in inner:
+            out.append(part)
+            continue
+        for line in _wrap_line(inner, max(12, int(width_px / (0.56 * f)))):
+            out.append(f"<sup>{line}</sup>" if sup else line)
+    return "<br>".join(out)
+
+
+def _axis_domains(layout: go.Layout, prefix: str) -> dict[str, tuple[float, float]]:
+    return {k: tuple(layout[k].domain) for k in layout
+            if k.startswith(prefix) and layout[k].domain is not None}
+
+
+def paper_style(fig: go.Figure, width: str | float = "single", *, aspect: float | None = None,
+                font_pt: float = 8.0) -> go.Figure:
+    """A copy of ``fig`` styled for a paper: returns the figure to export at ``width``.
+
+    No in-figure title (:func:`figure_caption` gives it as text for the caption; it is kept in
+    ``layout.meta["caption"]``), white background, Arial/Helvetica at ``font_pt`` points (tick
+    labels 1 pt smaller) once printed at the column width, the Okabe-Ito colours of these
+    figures, WebGL scatter traces drawn as vector scatter, and the legend in horizontal rows
+    above the plot, in a top margin sized for the rows it wraps to, so that no legend entry
+    is cut and none overlaps the axis titles. ``width``: ``"single"`` (3.5 in), ``"double"``
+    (7.2 in) or inches; the plot area's height is ``aspect`` x its width (default 0.62 for one
+    panel row, 0.9 for two). ``layout.width`` / ``height`` are in CSS px (96 per inch): export
+    with :func:`export_paper_figure` to get the physical size in every format.
+    """
+    inches = paper_width_inches(width)
+    out = go.Figure(fig)
+    caption = figure_caption(fig)
+    font_px, tick_px = _pt(font_pt), _pt(font_pt - 1)
+    width_px = inches * CSS_DPI  # may be fractional (7.2 in = 691.2 px): exact sizes
+    # WebGL traces are rasterised in a PDF / SVG: draw them as vector scatter
+    data = []
+    for tr in out.data:
+        if tr.type == "scattergl":
+            spec = tr.to_plotly_json()
+            spec.pop("type", None)
+            data.append(go.Scatter(**spec))
+        else:
+            data.append(tr)
+    out = go.Figure(data=data, layout=out.layout)
+    # panel rows and columns: the distinct domains of the axes
+    xdoms, ydoms = _axis_domains(out.layout, "xaxis"), _axis_domains(out.layout, "yaxis")
+    n_rows, n_cols = max(1, len(set(ydoms.values()))), max(1, len(set(xdoms.values())))
+    if aspect is None:
+        aspect = 0.62 if n_rows == 1 else 0.95
+    names = _legend_entries(out)
+    left, right = _pt(font_pt) * 4.5, _pt(font_pt) * 1.2
+    plot_w = width_px - left - right
+    cols = _legend_columns(names, plot_w, font_px)
+    legend_rows = -(-len(names) // cols)
+    legend_h = legend_rows * (font_px * 1.45 + 4) + (6 if legend_rows else 0)
+    # subplot titles (and labels of lines at the top) sit above their panel, in the top
+    # margin: wrap them to the panel's width and make room for the lines they take
+    panel_w = plot_w / n_cols * 0.95
+    sub_lines = 0
+    for ann in out.layout.annotations:
+        if not ann.text or not (ann.yref or "").endswith(("paper", "domain")):
+            continue
+        if ann.yanchor == "bottom" or (ann.y or 0) >= 0.99:
+            ann.text = _wrap_html(str(ann.text), panel_w, font_px)
+        if (ann.y or 0) >= 0.99:
+            sub_lines = max(sub_lines, 1 + str(ann.text).count("<br"))
+    # one x title under all panels when they share it, not one per panel run together
+    xtitles = {out.layout[k].title.text for k in xdoms}
+    shared_x = len(xdoms) > 1 and len(xtitles) == 1 and None not in xtitles
+    if shared_x:
+        bottom_dom = min(d[0] for d in ydoms.values()) if ydoms else 0.0
+        for k in xdoms:
+            out.layout[k].title.text = None
+        out.add_annotation(text=xtitles.pop(), xref="paper", yref="paper", x=0.5,
+                           y=bottom_dom, yanchor="top", yshift=-(font_px * 1.6 + 6),
+                           showarrow=False, font={"size": font_px})
+    top = legend_h + sub_lines * font_px * 1.35 + 6
+    bottom = font_px * 4.2
+    plot_h = (width_px - left - right) * aspect
+    height_px = round(plot_h + top + bottom)
+    out.update_layout(
+        title=None, template=TEMPLATE, width=width_px, height=height_px, autosize=False,
+        font={"family": _PAPER_FONT, "size": font_px, "color": "black"},
+        paper_bgcolor="white", plot_bgcolor="white",
+        margin={"l": left, "r": right, "t": top, "b": bottom, "pad": 0, "autoexpand": True},
+        legend={"orientation": "h", "yref": "container", "y": 1.0, "yanchor": "top",
+                "xref": "paper", "x": 0.0, "xanchor": "left", "font": {"size": font_px},
+                "itemwidth": 30, "tracegroupgap": 0, "bgcolor": "rgba(0,0,0,0)",
+                "title": {"text": ""},
+                **({"entrywidth": 0.999 / cols, "entrywidthmode": "fraction"} if cols > 1
+                   else {})},
+        hoverlabel={"font": {"size": font_px}},
+    )
+    out.update_xaxes(automargin=True, tickfont={"size": tick_px}, title_font={"size": font_px},
+                     title_standoff=4, showline=True, linecolor="black", ticks="outside",
+                     ticklen=3, gridcolor="#e5e5e5", zeroline=False)
+    out.update_yaxes(automargin=True, tickfont={"size": tick_px}, title_font={"size": font_px},
+                     title_standoff=4, showline=True, linecolor="black", ticks="outside",
+                     ticklen=3, gridcolor="#e5e5e5", zeroline=False)
+    out.update_annotations(font_size=font_px)
+    out.update_xaxes(dtick=1, selector={"type": "log"})  # decades, not 2 3 4 ... 9 between
+    for tr in out.data:  # thinner markers and lines at print size
+        if tr.type == "scatter" and tr.marker is not None and tr.marker.size is not None:
+            size = tr.marker.size
+            tr.marker.size = (max(3, size * 0.6) if isinstance(size, (int, float))
+                              else [max(3, s * 0.6) for s in size])
+    meta = dict(out.layout.meta) if isinstance(out.layout.meta, dict) else {}
+    meta.update({"caption": caption, "width_in": inches, "font_pt": font_pt})
+    out.layout.meta = meta
+    return out
+
+
+def _fix_svg_size(path: Path, width_in: float, height_in: float) -> None:
+    """Give an SVG its physical size (``width="3.5in"``), keeping its viewBox in CSS px."""
+    import re
+
+    text = path.read_text(encoding="utf-8")
+    head_end = text.index(">")
+    head = text[:head_end]
+    head = re.sub(r'\swidth="[^"]*"', f' width="{width_in:g}in"', head, count=1)
+    head = re.sub(r'\sheight="[^"]*"', f' height="{height_in:.4g}in"', head, count=1)
+    path.write_text(head + text[head_end:], encoding="utf-8")
+
+
+def export_paper_figures(figs: Sequence[go.Figure], paths: Sequence[PathLike], *,
+                         width: str | float = "single", dpi: int = 300,
+                         aspect: float | None = None, font_pt: float = 8.0) -> list[Path]:
+    """Write figures in :func:`paper_style` at their physical size, in one browser session.
+
+    The format is each path's suffix (``.pdf``, ``.svg``, ``.png``): a PDF's page (MediaBox)
+    is the column width in points (3.5 in = 252 pt), an SVG's ``width`` is in inches (its
+    viewBox in CSS px), a PNG is ``inches x dpi`` pixels wide. Needs kaleido and a
+    Chrome / Chromium browser; raises :class:`ExportError` saying how to get one otherwise
+    (no HTML fallback: a paper needs the image).
+    """
+    figs, paths = list(figs), [Path(p).expanduser() for p in paths]
+    if len(figs) != len(paths):
+        raise ValueError(f"{len(figs)} figures but {len(paths)} paths")
+    for p in paths:
+        if p.suffix.lower() not in (".pdf", ".svg", ".png"):
+            raise ValueError(f"paper figures are .pdf, .svg or .png, not {p.name!r}")
+        p.parent.mkdir(parents=True, exist_ok=True)
+    if dpi < 72 or dpi > 1200:
+        raise ValueError(f"dpi must be between 72 and 1200, got {dpi}")
+    styled = [paper_style(f, width, aspect=aspect, font_pt=font_pt) for f in figs]
+    scales = [dpi / CSS_DPI if p.suffix.lower() == ".png" else 1.0 for p in paths]
+    try:
+        pio.write_images(styled, paths, scale=scales, width=[f.layout.width for f in styled],
+                         height=[f.layout.height for f in styled])
+    except Exception as exc:  # kaleido missing, no browser, browser crash ...
+        raise ExportError(f"paper figure export failed ({type(exc).__name__}: {exc}). kaleido "
+                          "needs a Chrome/Chromium browser: install one (Debian: apt-get install "
+                          "chromium) or run plotly_get_chrome") from exc
+    for f, p in zip(styled, paths, strict=True):
+        if p.suffix.lower() == ".svg":
+            _fix_svg_size(p, f.layout.meta["width_in"], f.layout.height / CSS_DPI)
+    return paths
+
+
 # --------------------------------------------------------------------------- export
+
+
+def _wrap_line(text: str, max_chars: int) -> list[str]:
+    words, lines, cur = text.split(" "), [], ""
+    for w in words:
+        if cur and len(cur) + 1 + len(w) > max_chars:
+            lines.append(cur)
+            cur = w
+        else:
+            cur = f"{cur} {w}" if cur else w
+    return lines + ([cur] if cur else [])
+
+
+def wrap_title(fig: go.Figure, width_px: float) -> go.Figure:
+    """A copy of ``fig`` whose title (main line and ``<sup>`` subtitle) is wrapped to fit
+    ``width_px`` CSS px, with the top margin grown by the added lines (static images cannot
+    reflow a long title: it would be cut at the right edge)."""
+    import re
+
+    text = fig.layout.title.text or ""
+    out = go.Figure(fig)
+    if not text:
+        return out
+    size = (fig.layout.title.font.size if fig.layout.title.font and fig.layout.title.font.size
+            else 17)
+    wrapped = _wrap_html(text, max(100.0, width_px - 30), size)
+    added = len(re.split(r"<br\s*/?>", wrapped)) - len(re.split(r"<br\s*/?>", text))
+    if added > 0:
+        top = fig.layout.margin.t if fig.layout.margin.t is not None else 100
+        out.update_layout(title_text=wrapped,
+                          margin_t=top + added * size * 1.1)
+    return out
 
 
 def export_figure(fig: go.Figure, path: PathLike, *, fallback: bool = True, scale: float = 2.0,
@@ -1476,6 +1887,14 @@ def export_figure(fig: go.Figure, path: PathLike, *, fallback: bool = True, scal
     ``plotly_get_chrome``). When that fails and ``fallback`` is true, a standalone ``.html``
     is written next to the requested path instead (a warning says why); with
     ``fallback=False`` an :class:`ExportError` is raised.
+
+    ``width`` / ``height`` are CSS px (default: the figure's own, else kaleido's 700 x 500);
+    ``scale`` multiplies them for PNG / JPG / WEBP pixels (and, by kaleido, the SVG / PDF page
+    size too). A static image cannot reflow, so a title longer than the image is wide is
+    wrapped onto more lines (and the top margin grown to hold them) instead of being cut.
+    The figure passed in is not changed. For a paper (no title, column width in inches,
+    print font sizes) use :func:`paper_style` / :func:`export_paper_figures`, or
+    ``anchorviz report DIR --figures pdf``.
     """
     out = Path(path).expanduser()
     suffix = out.suffix.lower()
@@ -1487,7 +1906,8 @@ def export_figure(fig: go.Figure, path: PathLike, *, fallback: bool = True, scal
         fig.write_html(out, include_plotlyjs=True, full_html=True)
         return out
     try:
-        fig.write_image(out, scale=scale, width=width, height=height)
+        static = wrap_title(fig, width or fig.layout.width or 700)
+        static.write_image(out, scale=scale, width=width, height=height)
         return out
     except Exception as exc:  # kaleido missing, no browser, browser crash ...
         reason = (f"static export to {out} failed ({type(exc).__name__}: {exc}). kaleido needs "

@@ -444,7 +444,74 @@ def _figures(sweep_dir: Path, results: pd.DataFrame) -> list[tuple[str, object]]
     if len(teacher):
         d = sweep_dir / "runs" / teacher.sort_values("seed").iloc[0]["run_id"]
         add("Teacher soft-label confidence", lambda: plots.label_confidence_figure(d))
+    if (results["kind"] != "teacher").any():
+        add("Training loss per step: fit and ANCHOR terms",
+            lambda: plots.loss_curve_figure(sweep_dir, results=results))
     return sections
+
+
+# --------------------------------------------------------------------------- paper figures
+
+#: formats of ``anchorviz report DIR --figures``
+FIGURE_FORMATS = ("pdf", "svg", "png")
+
+
+def _slug(title: str, limit: int = 60) -> str:
+    import re
+    import unicodedata
+
+    text = unicodedata.normalize("NFKD", title.replace("λ", "lambda"))
+    text = text.encode("ascii", "ignore").decode().lower()
+    text = re.sub(r"[^a-z0-9]+", "-", text).strip("-")
+    return text[:limit].rstrip("-") or "figure"
+
+
+def write_figures(sweep_dir: str | Path, fmt: str = "pdf", width: str | float = "single",
+                  *, out_dir: str | Path | None = None, dpi: int = 300,
+                  results: pd.DataFrame | None = None) -> list[Path]:
+    """The report's figures as paper figures: ``DIR/figures/NN-<title>.<fmt>`` + ``captions.txt``.
+
+    Every figure of the report (and the training-loss curves) in
+    `anchorviz.plots.paper_style`: no in-figure title -- the title is the file name and,
+    with the subtitle that says what the error bars are, a line of ``captions.txt`` --,
+    ``width`` ``"single"`` (3.5 in) or ``"double"`` (7.2 in) column, 8 pt text, the
+    Okabe-Ito colours. ``fmt``: ``pdf`` / ``svg`` (vector, physical size) or ``png``
+    (``dpi``). A figure that cannot be drawn from this folder is listed in captions.txt as
+    skipped, with why. Returns the written image paths. Raises `anchorviz.plots.ExportError`
+    when no static exporter works (kaleido needs Chrome / Chromium).
+    """
+    from anchorviz import plots
+
+    fmt = fmt.lower().lstrip(".")
+    if fmt not in FIGURE_FORMATS:
+        raise ValueError(f"figure format must be one of {list(FIGURE_FORMATS)}, got {fmt!r}")
+    inches = plots.paper_width_inches(width)
+    sweep_dir = Path(sweep_dir)
+    if results is None:
+        results = plots.load_results(sweep_dir)
+    folder = Path(out_dir) if out_dir is not None else sweep_dir / "figures"
+    folder.mkdir(parents=True, exist_ok=True)
+    figs, paths, lines = [], [], []
+    for i, (title, obj) in enumerate(_figures(sweep_dir, results), start=1):
+        name = f"{i:02d}-{_slug(title)}.{fmt}"
+        if isinstance(obj, str):
+            import re
+
+            why = html.unescape(re.sub(r"<[^>]+>", "", obj))
+            lines.append(f"{name}: skipped -- {title}: {why}")
+            continue
+        figs.append(obj)
+        paths.append(folder / name)
+        caption = plots.figure_caption(obj)
+        lines.append(f"{name}: {title}. {caption}")
+    written = plots.export_paper_figures(figs, paths, width=width, dpi=dpi)
+    size = (f"{inches:g} in wide ({width} column)" if isinstance(width, str) else
+            f"{inches:g} in wide")
+    head = (f"Figures of {sweep_dir} for a paper: {fmt.upper()}, {size}"
+            + (f", {dpi} dpi" if fmt == "png" else "") + "; titles are here, not in the "
+            "figures.\n\n")
+    (folder / "captions.txt").write_text(head + "\n".join(lines) + "\n", encoding="utf-8")
+    return written
 
 
 # --------------------------------------------------------------------------- page
