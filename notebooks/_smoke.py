@@ -7,6 +7,11 @@ the same content-hashed run ids) in the demo's own folder ``runs/demo``: runs th
 (``bash scripts/demo.sh``) or another notebook finished are read, never trained again.
 :func:`describe_plan` says before a training cell how many runs are missing and roughly how
 many minutes they cost.
+
+Notebook 03 adds the teacher-visibility knob of the hidden-cue scenario: one demo sweep per
+visibility (:func:`explorer_configs`), each with the run ids of ``anchorviz demo --visibility V``;
+:func:`plan`, :func:`describe_plan` and :func:`ensure_sweep` take such a list as well as one
+sweep (the list is trained as one run graph, so its runs share the workers).
 """
 
 from __future__ import annotations
@@ -16,9 +21,11 @@ import json
 import math
 import os
 import socket
+from collections.abc import Sequence
+from dataclasses import asdict
 from pathlib import Path
 
-from anchorviz.cli import build_parser, demo_sweep
+from anchorviz.cli import SCENARIOS, build_parser, demo_sweep
 from anchorviz.experiment import (
     SweepConfig,
     expand_sweep,
@@ -28,6 +35,8 @@ from anchorviz.experiment import (
     teacher_key,
     with_overrides,
 )
+
+Sweeps = SweepConfig | Sequence[SweepConfig]
 
 _DEMO_DEFAULTS = build_parser().parse_args(["demo"])
 
@@ -45,15 +54,22 @@ DEMO_OPTIONS = {k: getattr(_DEMO_DEFAULTS, k)
 
 def demo_config(smoke: bool, strengths: list[float] | None = None,
                 anchor_lambdas: list[float] | None = None,
-                seeds: list[int] | None = None) -> SweepConfig:
+                seeds: list[int] | None = None, scenario: str | None = None,
+                visibility: float | None = None) -> SweepConfig:
     """The demo sweep of ``anchorviz demo`` (``--quick`` with 1 epoch in smoke mode).
 
     ``strengths`` adds artefact strengths to the grid (the explorer's selector);
     ``anchor_lambdas`` replaces the demo's lambda grid (smoke mode has one lambda only);
-    ``seeds`` replaces the demo's default seeds (as ``anchorviz demo --seeds`` does).
+    ``seeds`` replaces the demo's default seeds (as ``anchorviz demo --seeds`` does);
+    ``scenario`` / ``visibility`` are ``anchorviz demo --scenario`` / ``--visibility`` (None:
+    the demo's default scenario at its own teacher visibility).
     """
-    sw = demo_sweep(strength=STRENGTH, seeds=tuple(seeds or DEMO_SEEDS), quick=smoke,
-                    **DEMO_OPTIONS)
+    opts = dict(DEMO_OPTIONS)
+    if scenario is not None:
+        opts["scenario"] = scenario
+    if visibility is not None:
+        opts["visibility"] = float(visibility)
+    sw = demo_sweep(strength=STRENGTH, seeds=tuple(seeds or DEMO_SEEDS), quick=smoke, **opts)
     if smoke:  # one epoch each: a first look in a minute or two, not a result
         sw.base = with_overrides(sw.base, **{"teacher_train.epochs": 1,
                                              "student_train.epochs": 1})
@@ -64,6 +80,48 @@ def demo_config(smoke: bool, strengths: list[float] | None = None,
     return sw
 
 
+def scenario_visibility(scenario: str | None = None) -> float:
+    """The teacher visibility of the marker in a demo scenario (None: the demo's default)."""
+    return float(SCENARIOS[scenario or DEMO_OPTIONS.get("scenario") or "marker"])
+
+
+def explorer_visibilities(smoke: bool) -> list[float]:
+    """The teacher visibilities notebook 03 shows by default: every scenario's value in smoke
+    mode (two), and 0.25 as well at full size (the gain that a hidden cue buys should rise and
+    fall between 0 and 1)."""
+    values = {float(v) for v in SCENARIOS.values()} | {scenario_visibility()}
+    if not smoke:
+        values.add(0.25)
+    return sorted(values)
+
+
+def explorer_configs(smoke: bool, seeds: list[int] | None = None,
+                     visibilities: list[float] | None = None,
+                     anchor_lambdas: list[float] | None = None) -> list[SweepConfig]:
+    """The sweeps of notebook 03: the demo sweep at the default scenario's teacher visibility
+    (the demo's run ids), then one per other visibility in ``visibilities`` (None:
+    :func:`explorer_visibilities`), each that of ``anchorviz demo --visibility V``.
+
+    Smoke mode keeps the others cheap: their teacher and naive student only (no ceiling, no
+    ANCHOR), so the visibility slider has somewhere to go for the naive student, and the
+    explorer says so for the methods that were not trained there."""
+    main = scenario_visibility()
+    others = [float(v) for v in (visibilities or explorer_visibilities(smoke))
+              if not math.isclose(float(v), main)]
+    out = [demo_config(smoke, anchor_lambdas=anchor_lambdas, seeds=seeds)]
+    for v in others:
+        sw = demo_config(smoke, anchor_lambdas=anchor_lambdas, seeds=seeds, visibility=v)
+        if smoke:  # teacher + naive student; the run keys do not hold `ceiling` or the grid
+            sw.methods = ["naive"]
+            sw.base = with_overrides(sw.base, ceiling=False)
+        out.append(sw)
+    return out
+
+
+def _sweeps(sw: Sweeps) -> list[SweepConfig]:
+    return [sw] if isinstance(sw, SweepConfig) else list(sw)
+
+
 def sweep_dir(runs: str | os.PathLike, smoke: bool) -> Path:
     """The demo sweep's folder inside the runs folder: ``<runs>/demo``, the folder
     ``anchorviz demo`` writes by default when ``runs`` is the repository's ``runs/``
@@ -71,11 +129,11 @@ def sweep_dir(runs: str | os.PathLike, smoke: bool) -> Path:
     return Path(runs) / ("demo-smoke" if smoke else "demo")
 
 
-def sweep_runs(sw: SweepConfig) -> dict[str, str]:
+def sweep_runs(sw: Sweeps) -> dict[str, str]:
     """``{run id: kind}`` (content hashes; kind teacher / ceiling / student) of every run of a
-    sweep."""
+    sweep (or of a list of sweeps)."""
     ids: dict[str, str] = {}
-    for cfg in expand_sweep(sw):
+    for cfg in (c for s in _sweeps(sw) for c in expand_sweep(s)):
         ids[run_id_for(teacher_key(cfg))] = "teacher"
         if cfg.ceiling:
             ids[run_id_for(student_key(cfg, "ceiling"))] = "ceiling"
@@ -83,7 +141,7 @@ def sweep_runs(sw: SweepConfig) -> dict[str, str]:
     return ids
 
 
-def sweep_run_ids(sw: SweepConfig) -> set[str]:
+def sweep_run_ids(sw: Sweeps) -> set[str]:
     """The run ids (content hashes) of every teacher, ceiling and student of a sweep."""
     return set(sweep_runs(sw))
 
@@ -104,10 +162,10 @@ _STUDENT_STEP_S = (1.0, 1.9)
 _CAPTURE_PAIR_S = (0.03, 0.07)  # scoring + hidden-state capture + drift, per evaluated pair
 
 
-def run_minutes(sw: SweepConfig, kind: str) -> tuple[float, float]:
+def run_minutes(sw: Sweeps, kind: str) -> tuple[float, float]:
     """Rough (low, high) CPU-minutes of one run of ``kind`` (teacher / ceiling / student) of the
     sweep's base config on one CPU thread (MiniLM-sized models; larger models cost more)."""
-    base = sw.base
+    base = _sweeps(sw)[0].base
     d = base.data
     scale = max(1.0, d.max_length / 48)
     n_eval = d.val + d.source_test + len(d.targets) * d.target_test
@@ -121,7 +179,7 @@ def run_minutes(sw: SweepConfig, kind: str) -> tuple[float, float]:
     return tuple((steps * s + n_eval * c) * scale / 60 for s, c in zip(step, per_pair))
 
 
-def plan(sw: SweepConfig, folder: str | os.PathLike) -> dict:
+def plan(sw: Sweeps, folder: str | os.PathLike) -> dict:
     """What running ``sw`` into ``folder`` will cost: ``{"total", "stored", "missing" (run ids
     to train), "cpu_minutes" (low, high), "wall_minutes" (low, high), "jobs"}``."""
     from anchorviz.runner import default_jobs
@@ -143,12 +201,12 @@ def plan(sw: SweepConfig, folder: str | os.PathLike) -> dict:
             "cpu_minutes": cpu, "wall_minutes": wall, "jobs": jobs}
 
 
-def describe_plan(sw: SweepConfig, folder: str | os.PathLike) -> str:
+def describe_plan(sw: Sweeps, folder: str | os.PathLike) -> str:
     """One paragraph for the reader before a training cell: how many runs, how many already
     stored (read, not retrained), and about how many minutes the rest will take."""
     p = plan(sw, folder)
-    head = (f"This sweep has {p['total']} runs (teacher, ceiling and students per seed and "
-            f"strength) in {folder}. ")
+    head = (f"This sweep has {p['total']} runs (teacher, ceiling and students per seed, "
+            f"strength and teacher visibility) in {folder}. ")
     if not p["missing"]:
         return head + (f"All {p['total']} are already stored there (by `anchorviz demo` or an "
                        "earlier notebook): the next cell only reads them (seconds).")
@@ -161,12 +219,37 @@ def describe_plan(sw: SweepConfig, folder: str | os.PathLike) -> str:
                    "cores. Interrupting is safe: finished runs are kept and reused.")
 
 
-def ensure_sweep(sw: SweepConfig, folder: str | os.PathLike):
+def ensure_sweep(sw: Sweeps, folder: str | os.PathLike):
     """Run the sweep (finished runs are read, not recomputed) and return the results rows of
     exactly this sweep: a runs folder may also hold other runs (a wider sweep of notebook 03,
-    the launcher's runs, runs of an older version whose settings differed)."""
-    results = sweep(sw, folder)
-    return results[results["run_id"].isin(sweep_run_ids(sw))].reset_index(drop=True)
+    the launcher's runs, runs of an older version whose settings differed). A list of sweeps
+    is trained as one run graph (what ``experiment.sweep`` does for one), so that their runs
+    share the workers, and the folder's ``sweep.yaml`` is that of the first."""
+    sweeps = _sweeps(sw)
+    if len(sweeps) == 1:
+        results = sweep(sweeps[0], folder)
+    else:
+        results = _sweep_together(sweeps, folder)
+    return results[results["run_id"].isin(sweep_run_ids(sweeps))].reset_index(drop=True)
+
+
+def _sweep_together(sweeps: list[SweepConfig], folder: str | os.PathLike):
+    from anchorviz.experiment import data_config, prepare_data, results_table
+    from anchorviz.runner import build_graph, run_graph
+    from anchorviz.store import RunStore, write_yaml
+
+    store = RunStore(folder)
+    store.clean_temporaries()
+    first = sweeps[0]
+    write_yaml(Path(folder) / "sweep.yaml", {
+        "base": first.base.to_dict(),
+        "grid": {k: v for k, v in asdict(first).items() if k != "base"}})
+    configs = [c for s in sweeps for c in expand_sweep(s)]
+    for d in {json.dumps(asdict(data_config(c)), sort_keys=True): data_config(c)
+              for c in configs}.values():
+        prepare_data(d)  # every dataset built once here, before the workers start
+    run_graph(build_graph(configs), folder, jobs=None, threads=1, progress=True)
+    return results_table(folder)
 
 
 def hub_reachable(host: str = "huggingface.co", timeout: float = 3.0) -> bool:

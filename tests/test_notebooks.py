@@ -110,11 +110,21 @@ def test_notebooks_default_to_the_demo_store(name):
     assert params["SMOKE"] is False and params["SEEDS"] is None
     demo = build_parser().parse_args(["demo"])
     folder = smoke.sweep_dir(NOTEBOOK_DIR / params["RUNS"], smoke=False)
-    assert folder.resolve() == (REPO / demo.out).resolve()
+    # cmd_demo's folder: --out, else runs/demo (runs/demo-quick with --quick)
+    assert folder.resolve() == (REPO / (demo.out or "runs/demo")).resolve()
     # what cmd_demo passes: every demo option at its command-line default
     opts = {k: getattr(demo, k) for k in inspect.signature(demo_sweep).parameters
             if k not in ("strength", "seeds", "quick") and hasattr(demo, k)}
     want = smoke.sweep_run_ids(demo_sweep(strength=demo.strength, seeds=tuple(demo.seeds), **opts))
+    if "SCENARIO" in params:  # 01: the demo's default scenario at its own teacher visibility
+        assert params["SCENARIO"] == demo.scenario and params["VISIBILITY"] is None
+        assert smoke.sweep_run_ids(smoke.demo_config(
+            False, seeds=params["SEEDS"], scenario=params["SCENARIO"],
+            visibility=params["VISIBILITY"])) == want
+        for scenario in ("hidden-cue", "marker"):  # `anchorviz demo --scenario S`
+            assert smoke.sweep_run_ids(smoke.demo_config(False, scenario=scenario)) == \
+                smoke.sweep_run_ids(demo_sweep(strength=demo.strength, seeds=tuple(demo.seeds),
+                                               **{**opts, "scenario": scenario}))
     assert smoke.sweep_run_ids(smoke.demo_config(False, seeds=params["SEEDS"])) == want
     # and `anchorviz demo --seeds 0 1 2` is matched by SEEDS = [0, 1, 2]
     assert smoke.sweep_run_ids(smoke.demo_config(False, seeds=[0, 1, 2])) == \
@@ -132,6 +142,39 @@ def test_every_training_cell_is_announced(name):
         assert any("describe_plan(" in src or "_smoke.plan(" in src for src in code[:i]), \
             f"{name}: code cell {i} trains without saying beforehand what it costs"
         assert "describe_plan(" not in code[i] and "_smoke.plan(" not in code[i]
+
+
+def test_explorer_sweeps_are_the_demos_at_each_teacher_visibility():
+    """Notebook 03's sweeps: the demo's own, then per other teacher visibility the runs of
+    `anchorviz demo --visibility V`; smoke mode has at most 2 visibilities, the second one
+    only its teacher and naive student (cheap), and its run ids are still the demo's."""
+    from anchorviz.cli import SCENARIOS, build_parser, demo_sweep
+
+    smoke = _smoke_module()
+    demo = build_parser().parse_args(["demo"])
+    opts = {k: getattr(demo, k) for k in inspect.signature(demo_sweep).parameters
+            if k not in ("strength", "seeds", "quick") and hasattr(demo, k)}
+    assert set(SCENARIOS.values()) <= set(smoke.explorer_visibilities(False))
+    quick = smoke.explorer_visibilities(True)
+    assert len(quick) == 2 and smoke.scenario_visibility() in quick
+    for is_smoke in (False, True):
+        sweeps = smoke.explorer_configs(is_smoke)
+        assert sorted(s.base.data.artifact_teacher_visibility for s in sweeps) == \
+            smoke.explorer_visibilities(is_smoke)
+        assert smoke.sweep_run_ids(sweeps[0]) == smoke.sweep_run_ids(smoke.demo_config(is_smoke))
+        for s in sweeps[1:]:
+            v = s.base.data.artifact_teacher_visibility
+            full = demo_sweep(strength=demo.strength, seeds=tuple(demo.seeds), quick=is_smoke,
+                              **{**opts, "visibility": v})
+            if is_smoke:
+                assert s.methods == ["naive"] and not s.base.ceiling
+                # the same teacher and naive student as the full grid at that visibility
+                assert smoke.sweep_run_ids(s) < smoke.sweep_run_ids(
+                    smoke.demo_config(True, visibility=v))
+            else:
+                assert smoke.sweep_run_ids(s) == smoke.sweep_run_ids(full)
+    p = smoke.plan(smoke.explorer_configs(True), "/nonexistent")
+    assert p["total"] == len(smoke.sweep_runs(smoke.explorer_configs(True)))
 
 
 def test_describe_plan_counts_stored_runs(tmp_path):
@@ -210,7 +253,11 @@ def _execute(path: Path, runs: Path):
 def _check_01(nb) -> None:
     text = _text(nb)
     assert "SMOKE MODE" in text
+    assert "DEMO SCENARIO (constructed)" in text  # the demo's banner (cli.demo_note)
+    assert "teacher visibility of the marker" in text
     assert "marker-label correlation" in text
+    assert "the teacher reads the marker on" in text  # what the teacher can read, counted
+    assert "ID accuracy by pair group" in text
     assert "naive student: WRG" in text and "naive student: AOG" in text
     assert "naive WRG > 0 (beats its teacher in distribution): " in text
     assert "naive AOG < WRG" in text
@@ -230,6 +277,9 @@ def _check_03(nb) -> None:
     assert WIDGET_MIME in _mimes(nb), "03 displayed no widget view"
     text = _text(nb)
     assert "run shown:" in text
+    assert "'teacher_visibility':" in text  # the slider's value in the printed selection
+    assert "at teacher visibilities [0.5, 1.0]" in text  # two, cheap, in smoke mode
+    assert "naive student by teacher visibility" in text
     assert "done -" in text, "the RunLauncher did not finish its (reused) run"
     assert "already finished, reused" in text
 
