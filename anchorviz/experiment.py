@@ -649,12 +649,14 @@ def prepare_data(cfg: DataConfig) -> dict[str, pd.DataFrame]:
 def _build_data(cfg: DataConfig) -> dict[str, pd.DataFrame]:
     from anchorviz.data import protocol_splits
 
+    # load_pairs logs each dataset's report once (INFO, WARNING when rows were malformed);
+    # the role is at DEBUG so that an INFO log does not say everything twice
     src, report = load_dataset_entry(cfg.source)
-    logger.info("source %s: %s", dataset_label(cfg.source), report)
+    logger.debug("source %s: %s", dataset_label(cfg.source), report)
     targets = {}
     for t in cfg.targets:
         df, rep = load_dataset_entry(t)
-        logger.info("target %s: %s", dataset_label(t), rep)
+        logger.debug("target %s: %s", dataset_label(t), rep)
         targets[target_name(t)] = df
     sizes = {"teacher_train": cfg.teacher_train, "w2s_train": cfg.w2s_train, "val": cfg.val,
              "source_test": cfg.source_test}

@@ -9,6 +9,7 @@ the output of block ``k``; ``n_layers`` blocks in all, so the last layer is ``n_
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -173,6 +174,46 @@ class RewardModel(nn.Module):
         return self.encode(input_ids, attention_mask, response_mask, layers)
 
 
+@contextlib.contextmanager
+def quiet_transformers():
+    """transformers' own loading output off while a model loads: its "Loading weights" bar
+    (one per model load: several per run) and its load report (`_report_loading` says what
+    matters instead). Restores the verbosity and bar setting it found."""
+    from transformers.utils import logging as hf_logging
+
+    level, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(level)
+        if bars:
+            hf_logging.enable_progress_bar()
+
+
+# weights a backbone may lack in its checkpoint without consequence: the reward model pools
+# hidden states itself and never calls the encoder's pooler
+_UNUSED_WEIGHTS = ("pooler.",)
+
+
+def _report_loading(name: str, info: dict) -> None:
+    """One warning when weights the reward model uses were not in the checkpoint (newly
+    initialised) or had another shape; the rest (unused pooler, an LM head the backbone does
+    not have) at debug level."""
+    missing = [k for k in info.get("missing_keys") or () if not k.startswith(_UNUSED_WEIGHTS)]
+    mismatched = list(info.get("mismatched_keys") or ())
+    if missing or mismatched:
+        logger.warning("model %s: %d weight(s) not in its checkpoint (newly initialised), %d of "
+                       "another shape: %s", name, len(missing), len(mismatched),
+                       ", ".join(map(str, (missing + mismatched)[:8]))
+                       + (" ..." if len(missing) + len(mismatched) > 8 else ""))
+    unexpected = list(info.get("unexpected_keys") or ())
+    if unexpected or len(missing) < len(info.get("missing_keys") or ()):
+        logger.debug("model %s: unused checkpoint weights %s; unused missing weights %s", name,
+                     unexpected[:8], [k for k in info.get("missing_keys") or () if k not in missing])
+
+
 def load_backbone(
     name_or_path: str,
     *,
@@ -198,14 +239,16 @@ def load_backbone(
     if dtype is not None:
         kwargs["dtype"] = dtype
     try:
-        tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
-        backbone = AutoModel.from_pretrained(path, **kwargs)
+        with quiet_transformers():
+            tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
+            backbone, info = AutoModel.from_pretrained(path, output_loading_info=True, **kwargs)
     except OSError as err:
         raise ModelError(
             f"could not load model {name_or_path!r} (resolved to {path!r}): {err}. Use a zoo name "
             "(anchorviz.zoo.ZOO), a local folder with config.json and weights, or a hub id "
             "(needs network)"
         ) from err
+    _report_loading(name_or_path, info)
     if not dropout:
         disable_dropout(backbone)
     return backbone, tokenizer

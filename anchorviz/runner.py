@@ -142,19 +142,35 @@ def _init_worker(threads: int) -> None:
 
 
 class _Progress:
-    """An overall bar plus one line per running node (tqdm, in the parent process)."""
+    """An overall bar plus one line per running node (tqdm, in the parent process).
 
-    def __init__(self, total: int, slots: int, enabled: bool = True) -> None:
+    The bar counts every node (teachers, reference captures, ceilings, students), shows how
+    many of each kind are done, and an overall ETA: the nodes not finished yet, each at the
+    mean time of the computed nodes of its kind (of any kind until one of its own finished;
+    a node read from the store costs nothing), less what the running ones have already spent,
+    shared over the worker slots."""
+
+    def __init__(self, total: int | list[Node], slots: int, enabled: bool = True) -> None:
         from tqdm.auto import tqdm
 
+        nodes = total if isinstance(total, list) else []
         self.enabled = enabled
-        self.bar = tqdm(total=total, desc="sweep", unit="node", disable=not enabled)
+        self.slots = max(1, slots)
+        self.todo: dict[str, str] = {n.id: n.kind for n in nodes}  # not finished yet
+        self.totals = {k: sum(n.kind == k for n in nodes) for k in KINDS}
+        self.done = dict.fromkeys(KINDS, 0)
+        self.seconds: dict[str, list[float]] = {k: [] for k in KINDS}  # computed nodes
+        self.bar = tqdm(total=len(nodes) if nodes else int(total), desc="sweep", unit="node",
+                        disable=not enabled,
+                        bar_format="{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} "
+                                   "[{elapsed}{postfix}]")
         self.lines = [tqdm(total=0, bar_format="{desc}", position=i + 1, leave=False,
                            disable=not enabled or slots < 2) for i in range(slots)]
         self.slot: dict[str, int] = {}
         self.start: dict[str, float] = {}
         self.where: dict[str, str] = {}
         self.kind: dict[str, str] = {}
+        self._postfix()
 
     def started(self, node: Node, where: str | None = None) -> None:
         """``node`` began (again, when retried) on ``where`` (default: "worker <slot>")."""
@@ -167,24 +183,70 @@ class _Progress:
         self.kind[node.id] = node.kind
         self.refresh()
 
-    def finished(self, node: Node) -> None:
+    def finished(self, node: Node, result: dict | None = None) -> None:
+        """``node`` ended; ``result`` (its summary: ``computed``, ``seconds``) feeds the ETA."""
+        began = self.start.get(node.id)
         i = self.slot.pop(node.id, None)
         self.start.pop(node.id, None)
         self.where.pop(node.id, None)
         if i is not None and i not in self.slot.values():
             self.lines[i].set_description_str("")
+        if result is not None and result.get("computed", True) and node.kind in self.seconds:
+            secs = result.get("seconds")
+            if secs is None and began is not None:
+                secs = time.perf_counter() - began
+            if secs is not None:
+                self.seconds[node.kind].append(float(secs))
+        if self.todo.pop(node.id, None) is not None and node.kind in self.done:
+            self.done[node.kind] += 1
+        self._postfix()
         self.bar.update(1)
+
+    def eta(self) -> float | None:
+        """Seconds until every node is done (None until a computed node gave a time)."""
+        if not self.todo:
+            return 0.0
+        measured = [s for v in self.seconds.values() for s in v]
+        if not measured:
+            return None
+        overall = sum(measured) / len(measured)
+        now = time.perf_counter()
+        work = 0.0
+        for nid, kind in self.todo.items():
+            own = self.seconds.get(kind)
+            mean = sum(own) / len(own) if own else overall
+            spent = now - self.start[nid] if nid in self.start else 0.0
+            work += max(mean - spent, 0.0)
+        return work / min(self.slots, len(self.todo))
+
+    def _postfix(self) -> None:
+        if not any(self.totals.values()):
+            return
+        parts = [f"{k} {self.done[k]}/{n}" for k, n in self.totals.items() if n]
+        eta = self.eta()
+        if eta is not None:
+            parts.append(f"ETA {_duration(eta)}")
+        self.bar.set_postfix_str(", ".join(parts), refresh=False)
 
     def refresh(self) -> None:
         for nid, i in self.slot.items():
             secs = time.perf_counter() - self.start[nid]
             self.lines[i].set_description_str(
                 f"  {self.where[nid]}: {self.kind[nid]} {nid}  {secs:5.0f} s")
+        self._postfix()
+        self.bar.refresh()
 
     def close(self) -> None:
         for line in self.lines:
             line.close()
         self.bar.close()
+
+
+def _duration(seconds: float) -> str:
+    s = int(round(seconds))
+    if s >= 3600:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{s}s"
 
 
 def run_graph(nodes: list[Node], out_dir: str | Path, jobs: int | None = None, threads: int = 1,
@@ -220,7 +282,7 @@ def run_graph(nodes: list[Node], out_dir: str | Path, jobs: int | None = None, t
                  address)
         return results
     jobs = min(jobs, max(1, len(nodes)))
-    prog = _Progress(len(nodes), jobs, enabled=progress)
+    prog = _Progress(list(nodes), jobs, enabled=progress)
     try:
         if jobs == 1:
             _run_inline(nodes, out_dir, threads, prog, results, execute)
@@ -263,7 +325,7 @@ def _run_inline(nodes, out_dir, threads, prog, results, execute) -> None:
                 prog.started(node)
                 results[node.id] = execute(node.kind, node.config, out_dir)
                 _log_done(node, results[node.id])
-                prog.finished(node)
+                prog.finished(node, results.get(node.id))
     finally:
         torch.set_num_threads(old)
 
@@ -311,7 +373,7 @@ def _run_pool(nodes, out_dir, jobs, threads, prog, results, execute) -> None:
                 else:
                     done.add(node.id)
                     _log_done(node, results[node.id])
-                prog.finished(node)
+                prog.finished(node, results.get(node.id))
     except KeyboardInterrupt:
         ex.shutdown(wait=False, cancel_futures=True)
         raise
@@ -432,7 +494,7 @@ def _run_ray(nodes, out_dir, jobs, threads, progress, results, execute, address)
             not ray.cluster_resources().get("GPU"):
         logger.warning("some nodes need a GPU but the Ray cluster has none (yet): they wait "
                        "until one joins")
-    prog = _Progress(len(nodes), slots, enabled=progress)
+    prog = _Progress(list(nodes), slots, enabled=progress)
     refs: dict[str, object] = {}
     pending: dict[object, Node] = {}
     errors: list[tuple[Node, BaseException]] = []
@@ -478,7 +540,7 @@ def _run_ray(nodes, out_dir, jobs, threads, progress, results, execute, address)
                     else:
                         results[node.id] = res
                         _log_done(node, res)
-                prog.finished(node)
+                prog.finished(node, results.get(node.id))
     except KeyboardInterrupt:
         for ref in pending:
             ray.cancel(ref)
