@@ -1462,7 +1462,7 @@ def results_table(out_dir: str | Path) -> pd.DataFrame:
 
 # dotted run-key settings that a sweep's grid varies (they have their own table columns)
 _GRID_SETTINGS = {"kind", "seed", "method.name", "method.anchor_lambda", "method.anchor_layers",
-                  "data.artifact_strength"}
+                  "data.artifact_strength", "data.artifact_teacher_visibility"}
 
 
 def _base_settings(key: dict) -> dict[str, str]:

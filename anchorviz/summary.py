@@ -382,7 +382,15 @@ def verdict_lines(results: pd.DataFrame, strength: float | None = None, *, metho
 
     Per-seed numbers always; with one seed it says that one seed cannot separate them from
     noise and gives no verdict. ``strength`` None: every row, or each strength in turn when the
-    table holds several."""
+    table holds several. A table holding several teacher visibilities (``teacher_visibility``)
+    is judged per visibility: runs of different scenarios are never pooled."""
+    if "teacher_visibility" in results and results["teacher_visibility"].nunique() > 1:
+        lines = []
+        for v, part in results.groupby("teacher_visibility", sort=True):
+            lines.append(f"Teacher reads the marker on {v:.0%} of marked pairs:")
+            lines += ["  " + x for x in verdict_lines(part, strength, method=method,
+                                                       confidence=confidence)]
+        return lines
     if strength is None and len(_strengths(results)) > 1:
         lines = []
         for s in _strengths(results):

@@ -163,7 +163,7 @@ def test_run_ids_of_named_datasets_are_unchanged():
     """Recorded before short names and model checks existed: the demo's run ids stay."""
     from anchorviz.runner import build_graph
 
-    ids = [n.id for n in build_graph(ex.expand_sweep(demo_sweep(quick=True, seeds=(0, 1))))]
+    ids = [n.id for n in build_graph(ex.expand_sweep(demo_sweep(quick=True, seeds=(0, 1), scenario="marker")))]
     assert ids == ["teacher-7a8938844866", "teacher-2ea86c5e33c1", "reference-a0a0ff57c6c5",
                    "reference-8e021ae5db45", "ceiling-6df0757964f3", "ceiling-76ffa76b8fab",
                    "naive-1886ffe11916", "anchor-c281b139a593", "naive-b2c7228d2a85",

@@ -204,3 +204,14 @@ def test_verdict_lines_and_the_cli_use_the_one_verdict():
             "+3.3 ± 1.4 points, paired over 3 seeds: beyond the seed spread: yes.") in text
     one = "\n".join(verdict_lines(t[t["seed"] == 0]))
     assert "NTS +3.0 vs naive +0.0 points (seed 0; one seed" in one
+
+
+def test_verdict_lines_never_pool_two_teacher_visibilities():
+    shows = _table([0.05, 0.06, 0.05], [-0.02, -0.01, -0.03], [0, 0, 0], [0, 0, 0])
+    flat = _table([0.0, 0.01, -0.01], [0.0, 0.01, -0.01], [0, 0, 0], [0, 0, 0])
+    both = pd.concat([shows.assign(teacher_visibility=0.5), flat.assign(teacher_visibility=1.0)])
+    text = "\n".join(verdict_lines(both))
+    assert "on 50% of marked pairs" in text and "on 100% of marked pairs" in text
+    # each scenario keeps its own verdict (the first block is exactly the 50% table's)
+    assert verdict_lines(both)[1:1 + len(verdict_lines(shows))] == [
+        "  " + x for x in verdict_lines(shows)]
