@@ -851,13 +851,16 @@ def test_cli_data_errors_exit_3(tmp_path: Path, project_yaml,
                           "not valid UTF-8 at byte offset"),
         "all responses empty": (project_yaml("c.yaml", **{"data.source": str(empty)}),
                                 "only 0 pairs"),
-        "missing model": (project_yaml("d.yaml", **{"models.teacher": str(tmp_path / "nomodel")}),
-                          "does not exist"),
     }
     for name, (path, match) in cases.items():
         code, err = _cli(["run", str(path), "--out", str(tmp_path / f"out-{name[:4]}")], capsys)
         assert code == EXIT_DATA, (name, err)
         assert match in err and "Traceback" not in err, (name, err)
+    # a missing model folder is caught by config validation, naming the key, before any work
+    path = project_yaml("d.yaml", **{"models.teacher": str(tmp_path / "nomodel")})
+    code, err = _cli(["run", str(path), "--out", str(tmp_path / "out-d")], capsys)
+    assert code == EXIT_CONFIG and "models.teacher" in err and "does not exist" in err, err
+    assert not (tmp_path / "out-d" / "runs").exists() or not any((tmp_path / "out-d" / "runs").iterdir())
 
 
 def test_cli_out_is_a_file_exits_1_with_a_message(tmp_path: Path, project_yaml,
