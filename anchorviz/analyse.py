@@ -546,7 +546,7 @@ def _accuracy(scores: pd.DataFrame, labelled: list[str], n_boot: int, seed: int)
 
 
 def _projection(ref_caps: dict, caps: dict, data: dict, method: str, fit_rows: int):
-    from anchorviz.experiment import split_domain
+    from anchorviz.experiment import projection_frame
     from anchorviz.projection import SharedProjection
 
     layer = max(ref_caps[next(iter(ref_caps))].layers)
@@ -557,18 +557,7 @@ def _projection(ref_caps: dict, caps: dict, data: dict, method: str, fit_rows: i
     ref_xy = proj.transform(X)
     stu_xy = proj.transform(np.concatenate(
         [caps[s].states(layer, "head").astype(np.float32) for s in ref_caps]))
-    meta = pd.concat([pd.DataFrame({
-        "split": s, "domain": split_domain(s, data), "pair_id": np.repeat(c.pair_ids, 2),
-        "side": np.where(c.side == 0, "chosen", "rejected")}) for s, c in ref_caps.items()],
-        ignore_index=True)
-    out = []
-    for who, xy in (("reference", ref_xy), ("student", stu_xy)):
-        t = meta.copy()
-        t.insert(0, "model", who)
-        t.insert(1, "layer", layer)
-        t["x"], t["y"] = xy[:, 0], xy[:, 1]
-        out.append(t)
-    return pd.concat(out, ignore_index=True)
+    return projection_frame(ref_caps, data, layer, ref_xy, stu_xy)
 
 
 def analyse(model: str, reference: str, source: Any, targets: list | tuple = (),

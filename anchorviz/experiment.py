@@ -985,6 +985,13 @@ def _projection_table(store, cfg, data, ref_caps, caps) -> pd.DataFrame:
     proj, ref_xy = _projector(store, cfg, ref_caps, layer)
     stu = np.concatenate([caps[s].states(layer, "head").astype(np.float32) for s in ref_caps])
     stu_xy = proj.transform(stu)
+    return projection_frame(ref_caps, data, layer, ref_xy, stu_xy)
+
+
+def projection_frame(ref_caps: dict, data, layer: int, ref_xy: np.ndarray,
+                     stu_xy: np.ndarray) -> pd.DataFrame:
+    """The long table of a shared projection: one row per (model, split, pair, side) with its
+    2-D coordinates, reference rows first (the layout of ``projection.parquet``)."""
     meta = []
     for s in ref_caps:
         c = ref_caps[s]
