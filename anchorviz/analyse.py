@@ -529,32 +529,17 @@ def _check_same_tokens(ckpt_tok, reference: str, data: dict, trust_remote_code: 
 
 
 def _accuracy(scores: pd.DataFrame, labelled: list[str], n_boot: int, seed: int) -> dict:
-    from anchorviz.metrics import bootstrap_accuracy_ci, bootstrap_kind, per_pair_correct
+    """The pipeline's accuracy block over the labelled splits only."""
+    from anchorviz.experiment import _accuracy_block
 
-    out = {}
-    parts = [(s, scores[scores["split"] == s]) for s in labelled]
-    tgt = [s for s in labelled if s != "source_test"]
-    if tgt:
-        parts.append(("ood", scores[scores["split"].isin(tgt)]))
-    for split, g in parts:
-        c = per_pair_correct(g["r_chosen"].to_numpy(), g["r_rejected"].to_numpy())
-        groups = g["group"].tolist()
-        iv = bootstrap_accuracy_ci(c, n_boot=n_boot, seed=seed, groups=groups)
-        out[split] = {"point": float(iv[0]), "lo": float(iv[1]), "hi": float(iv[2]),
-                      "n": len(c), "bootstrap": bootstrap_kind(groups)}
-    return out
+    return _accuracy_block(scores[scores["split"].isin(labelled)], n_boot, seed)
 
 
 def _projection(ref_caps: dict, caps: dict, data: dict, method: str, fit_rows: int):
-    from anchorviz.experiment import projection_frame
-    from anchorviz.projection import SharedProjection
+    from anchorviz.experiment import fit_shared_projection, projection_frame
 
     layer = max(ref_caps[next(iter(ref_caps))].layers)
-    X = np.concatenate([ref_caps[s].states(layer, "head").astype(np.float32) for s in ref_caps])
-    rng = np.random.default_rng(0)
-    rows = np.sort(rng.choice(len(X), size=min(len(X), fit_rows), replace=False))
-    proj = SharedProjection(method=method, seed=0).fit(X[rows])
-    ref_xy = proj.transform(X)
+    proj, ref_xy = fit_shared_projection(ref_caps, layer, method, fit_rows)
     stu_xy = proj.transform(np.concatenate(
         [caps[s].states(layer, "head").astype(np.float32) for s in ref_caps]))
     return projection_frame(ref_caps, data, layer, ref_xy, stu_xy)

@@ -874,7 +874,8 @@ def _accuracy_block(scores: pd.DataFrame, n_boot: int, seed: int) -> dict:
 
     out = {}
     ood = scores[scores["split"] != "source_test"]
-    for split, g in [*scores.groupby("split", sort=False), ("ood", ood)]:
+    parts = list(scores.groupby("split", sort=False)) + ([("ood", ood)] if len(ood) else [])
+    for split, g in parts:
         c = per_pair_correct(g["r_chosen"].to_numpy(), g["r_rejected"].to_numpy())
         groups = g["group"].tolist() if "group" in g else None
         iv = bootstrap_accuracy_ci(c, n_boot=n_boot, seed=seed, groups=groups)
@@ -965,18 +966,26 @@ def _fname(split: str) -> str:
     return split.replace(":", "__")
 
 
-def _projector(store, cfg: RunConfig, ref_caps: dict, layer: int):
+def fit_shared_projection(ref_caps: dict, layer: int, method: str, fit_rows: int):
+    """``(projection, reference xy)``: a `SharedProjection` fitted on a seeded sample of at most
+    ``fit_rows`` reference states (head pooling, all splits) at ``layer``, and every reference
+    state projected with it."""
     from anchorviz.projection import SharedProjection
+
+    X = np.concatenate([ref_caps[s].states(layer, "head").astype(np.float32) for s in ref_caps])
+    rng = np.random.default_rng(0)
+    rows = rng.choice(len(X), size=min(len(X), fit_rows), replace=False)
+    proj = SharedProjection(method=method, seed=0).fit(X[np.sort(rows)])
+    return proj, proj.transform(X)
+
+
+def _projector(store, cfg: RunConfig, ref_caps: dict, layer: int):
     from anchorviz.store import config_hash
 
     k = f"{config_hash(reference_key(cfg))}-{layer}-{cfg.capture.projection}"
     if k not in _PROJECTORS:
-        X = np.concatenate([ref_caps[s].states(layer, "head").astype(np.float32) for s in ref_caps])
-        rng = np.random.default_rng(0)
-        fit_rows = rng.choice(len(X), size=min(len(X), cfg.capture.projection_fit_rows), replace=False)
-        proj = SharedProjection(method=cfg.capture.projection, seed=0).fit(X[np.sort(fit_rows)])
-        ref_xy = proj.transform(X)
-        _PROJECTORS[k] = (proj, ref_xy)
+        _PROJECTORS[k] = fit_shared_projection(ref_caps, layer, cfg.capture.projection,
+                                               cfg.capture.projection_fit_rows)
     return _PROJECTORS[k]
 
 
