@@ -18,13 +18,28 @@ Kinds (:data:`ARTIFACT_KINDS`):
 
 - ``"marker"``: a fixed surface phrase (default :data:`DEFAULT_MARKER`, ``" [verified]"``)
   is appended to the carrying response.
+- ``"order"``: a cue in word ORDER only. Both responses of a carrying pair end with the same
+  two words (default :data:`DEFAULT_ORDER_WORDS`); the carrying side has them in one order
+  (" so then"), the other side in the reverse order (" then so"). Token counts are identical
+  on both sides, so a bag of tokens cannot read it; a mean-pooled pretrained encoder exposes it
+  only weakly (the two words differ in context and position only), so a model that exploits
+  it has to reshape its representation: a "drift-borne" cue, unlike the marker, which
+  pretrained features expose linearly.
+- ``"echo"``: a relational cue. Both responses of a carrying pair end with the same word: the
+  first word of the carrying response (:func:`first_word`), so the carrying side "echoes" its
+  own opening and the other side does not. Both sides gain the same token; only its relation to
+  the text before it differs. Pairs whose responses open with the same word cannot carry it (the
+  carrying set is drawn among the others). Pretrained MiniLM exposes it at middle layers but
+  much less at the last one, which is the layer a reward head reads.
 - ``"length"``: a verbosity bias. ``length_mode="pad"`` appends content-free filler sentences
   (:data:`FILLER_SENTENCES`) to the carrying response until it is at least ``length_gap`` words
   longer than the other one; ``length_mode="select"`` edits no text and instead selects pairs
   in which the carrying side is naturally longer (the table shrinks; see the function doc).
 
 Every row's ``meta`` gets ``artifact_kind``, ``artifact_side`` ("chosen" | "rejected" | None),
-``artifact_role``, ``artifact_strength`` and ``artifact_suffix`` (the text appended, "" if none).
+``artifact_role``, ``artifact_strength`` and ``artifact_suffix`` (the text appended to the
+carrying side, "" if none); the ``"order"`` kind also records ``artifact_other_suffix`` (the text
+appended to the other side).
 :func:`artifact_label_correlation` measures from the text alone what the knob realised.
 """
 
@@ -32,6 +47,7 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 from typing import Any
 
 import numpy as np
@@ -39,7 +55,7 @@ import pandas as pd
 
 logger = logging.getLogger(__name__)
 
-ARTIFACT_KINDS: tuple[str, ...] = ("marker", "length")
+ARTIFACT_KINDS: tuple[str, ...] = ("marker", "length", "order", "echo")
 TARGET_MODES: tuple[str, ...] = ("absent", "neutral", "reversed")
 ROLES: tuple[str, ...] = ("source", "target")
 LENGTH_MODES: tuple[str, ...] = ("pad", "select")
@@ -48,6 +64,32 @@ DEFAULT_MARKER = " [verified]"
 """Appended marker. Plain ASCII, so the uncased MiniLM WordPiece tokenizer maps it to the known
 tokens ``[``, ``verified``, ``]`` (an emoji or a check mark such as ✓ becomes ``[UNK]``, a token
 that also stands for every other unknown character, which makes a poor, confounded cue)."""
+
+DEFAULT_ORDER_WORDS: tuple[str, str] = ("so", "then")
+"""The two words of the ``"order"`` kind: the carrying side ends with " so then", the other
+side with " then so". Plain, sentiment-free English words, single WordPiece tokens."""
+
+
+def order_suffixes(words: tuple[str, str] = DEFAULT_ORDER_WORDS) -> tuple[str, str]:
+    """``(carrying side's suffix, other side's suffix)`` of the ``"order"`` kind."""
+    a, b = words
+    return f" {a} {b}", f" {b} {a}"
+
+
+_WORD = re.compile(r"[a-z]+(?:'[a-z]+)*")
+
+
+def first_word(text: str) -> str:
+    """The echo kind's word: the first run of letters (and apostrophes) of ``text``, lower-case;
+    ``""`` when there is none."""
+    found = _WORD.search(str(text).lower())
+    return found.group(0) if found else ""
+
+
+def _ends_with_echo(text: str) -> bool:
+    words = _WORD.findall(str(text).lower())
+    return len(words) >= 2 and words[-1] == words[0] and str(text).rstrip()[-1:].isalpha()
+
 
 FILLER_SENTENCES: tuple[str, ...] = (
     " To put it another way, as noted above.",
@@ -139,7 +181,7 @@ def apply_artifact(
 
     Args:
         pairs: a pair table (the anchorviz schema; any dataset, the prompt is left alone).
-        kind: ``"marker"`` or ``"length"``.
+        kind: ``"marker"``, ``"order"``, ``"echo"`` or ``"length"``.
         strength: s in [0, 1]; exactly ``round(s * n)`` pairs (seeded subset) carry it.
         seed: seeds which pairs carry it, the neutral sides and the filler order.
         role: ``"source"`` (artefact on the chosen side) or ``"target"``.
@@ -185,6 +227,12 @@ def apply_artifact(
         for col in ("chosen", "rejected"):
             if out[col].astype(str).str.endswith(marker).any():
                 raise ValueError(f"some {col} texts already end with the marker {marker!r}")
+    if kind == "order":
+        for col in ("chosen", "rejected"):
+            for suffix in order_suffixes():
+                if out[col].astype(str).str.endswith(suffix).any():
+                    raise ValueError(f"some {col} texts already end with {suffix!r}; the order "
+                                     "artefact would be ambiguous on them")
 
     rng = np.random.default_rng(seed)
     n = len(out)
@@ -192,6 +240,7 @@ def apply_artifact(
     active = not (role == "target" and target_mode == "absent")
     sides: list[str | None] = [None] * n
     suffixes = [""] * n
+    others = [""] * n
     info: dict[str, Any] = {
         "kind": kind,
         "strength": s,
@@ -209,13 +258,28 @@ def apply_artifact(
         suffixes = [""] * n
     elif active and s > 0 and n > 0:
         k = int(round(s * n))
-        carry = np.sort(rng.permutation(n)[:k])
         chosen = out["chosen"].astype(str).tolist()
         rejected = out["rejected"].astype(str).tolist()
+        if kind == "echo":  # only pairs whose responses open with different words can carry it
+            eligible = np.array([i for i in range(n) if first_word(chosen[i]) and first_word(rejected[i])
+                                 and first_word(chosen[i]) != first_word(rejected[i])], dtype=int)
+            if len(eligible) < k:
+                raise ValueError(
+                    f"echo artefact at strength {s}: {k} of {n} pairs must carry it but only "
+                    f"{len(eligible)} have responses that open with different words")
+            carry = np.sort(eligible[rng.permutation(len(eligible))[:k]])
+        else:
+            carry = np.sort(rng.permutation(n)[:k])
         for idx, side in zip(carry.tolist(), _sides(k, role, target_mode, rng)):
             text, other = (chosen, rejected) if side == "chosen" else (rejected, chosen)
             if kind == "marker":
                 suffix = marker
+            elif kind == "order":
+                suffix, others[idx] = order_suffixes()
+                other[idx] = other[idx] + others[idx]
+            elif kind == "echo":
+                suffix = others[idx] = " " + first_word(text[idx])
+                other[idx] = other[idx] + others[idx]
             else:
                 suffix = _pad(text[idx], other[idx], length_gap, rng)
             text[idx] = text[idx] + suffix
@@ -232,7 +296,7 @@ def apply_artifact(
             )
 
     role_label = role if role == "source" else f"target:{target_mode}"
-    for m, side, suffix in zip(metas, sides, suffixes):
+    for m, side, suffix, other_suffix in zip(metas, sides, suffixes, others):
         m.update(
             {
                 "artifact_kind": kind,
@@ -242,6 +306,8 @@ def apply_artifact(
                 "artifact_suffix": suffix,
             }
         )
+        if kind in ("order", "echo"):
+            m["artifact_other_suffix"] = other_suffix
     out["meta"] = metas
     info["n_out"] = n
     info["n_carrying"] = sum(side is not None for side in sides)
@@ -316,7 +382,9 @@ def artifact_label_correlation(
 
     Per pair: +1 if the artefact is on the chosen side only, -1 if on the rejected side only,
     0 otherwise; the mean over pairs. ``"marker"``: the response ends with ``marker``;
-    ``"length"``: the response has more words (:func:`count_words`) than the other one. So
+    ``"order"``: the response ends with the carrying order (" so then") and the other one with
+    the reverse; ``"length"``: the response has more words (:func:`count_words`) than the other
+    one. So
     1 = the artefact alone predicts every label, -1 = it predicts every label wrongly.
     """
     if kind not in ARTIFACT_KINDS:
@@ -329,28 +397,46 @@ def artifact_label_correlation(
         c = chosen.str.endswith(marker).to_numpy(dtype=int)
         r = rejected.str.endswith(marker).to_numpy(dtype=int)
         return float(np.mean(c - r))
+    if kind == "echo":  # ends with its own first word while the other side does not
+        ec = np.array([_ends_with_echo(t) for t in chosen], dtype=int)
+        er = np.array([_ends_with_echo(t) for t in rejected], dtype=int)
+        return float(np.mean(ec - er))
+    if kind == "order":
+        carry, other = order_suffixes()
+        c = (chosen.str.endswith(carry) & rejected.str.endswith(other)).to_numpy(dtype=int)
+        r = (rejected.str.endswith(carry) & chosen.str.endswith(other)).to_numpy(dtype=int)
+        return float(np.mean(c - r))
     wc = np.array([count_words(t) for t in chosen])
     wr = np.array([count_words(t) for t in rejected])
     return float(np.mean(np.sign(wc - wr)))
 
 
+def _cut(seq: list[str], i: int, suffix: str) -> None:
+    if not suffix:
+        return
+    if not seq[i].endswith(suffix):
+        raise ValueError(f"row {i}: text does not end with its recorded artefact suffix {suffix!r}")
+    seq[i] = seq[i][: len(seq[i]) - len(suffix)]
+
+
+def _remove_suffixes(chosen: list[str], rejected: list[str], i: int, m: dict) -> None:
+    """Remove row ``i``'s recorded artefact text from both sides (in place)."""
+    side = m.get("artifact_side")
+    carrying, other = (chosen, rejected) if side == "chosen" else (rejected, chosen)
+    _cut(carrying, i, m.get("artifact_suffix", ""))
+    _cut(other, i, m.get("artifact_other_suffix", ""))
+
+
 def strip_artifact(pairs: pd.DataFrame) -> pd.DataFrame:
-    """Undo the appended text using ``meta["artifact_suffix"]`` (for checks: labels unchanged)."""
+    """Undo the appended text using ``meta["artifact_suffix"]`` (and, for the order kind,
+    ``meta["artifact_other_suffix"]``); for checks: labels unchanged."""
     out = pairs.copy()
     chosen, rejected = out["chosen"].astype(str).tolist(), out["rejected"].astype(str).tolist()
     for i, m in enumerate(out["meta"]):
-        suffix, side = (m or {}).get("artifact_suffix", ""), (m or {}).get("artifact_side")
-        if not suffix:
-            continue
-        seq = chosen if side == "chosen" else rejected
-        if not seq[i].endswith(suffix):
-            raise ValueError(f"row {i}: text does not end with its recorded artefact suffix")
-        seq[i] = seq[i][: len(seq[i]) - len(suffix)]
+        _remove_suffixes(chosen, rejected, i, m or {})
     out["chosen"], out["rejected"] = chosen, rejected
-    out["meta"] = [
-        {k: v for k, v in (m or {}).items() if k not in (*_META_KEYS, "artifact_suffix")}
-        for m in out["meta"]
-    ]
+    drop = (*_META_KEYS, "artifact_suffix", "artifact_other_suffix")
+    out["meta"] = [{k: v for k, v in (m or {}).items() if k not in drop} for m in out["meta"]]
     out.attrs = {k: v for k, v in pairs.attrs.items() if k != "artifact"}
     return out
 
@@ -392,11 +478,7 @@ def teacher_view(pairs: pd.DataFrame) -> pd.DataFrame:
         m = m or {}
         if m.get("artifact_teacher_visible") is not False:
             continue
-        suffix, side = m.get("artifact_suffix", ""), m.get("artifact_side")
-        seq = chosen if side == "chosen" else rejected
-        if not seq[i].endswith(suffix):
-            raise ValueError(f"row {i}: text does not end with its recorded artefact suffix")
-        seq[i] = seq[i][: len(seq[i]) - len(suffix)]
+        _remove_suffixes(chosen, rejected, i, m)
     out["chosen"], out["rejected"] = chosen, rejected
     out.attrs = dict(pairs.attrs)
     return out

@@ -74,7 +74,7 @@ class DataConfig:
     # land in which split, where the artefact goes) as well as the training order
     split_per_seed: bool = False
     group_key: str = "auto"  # "auto" (prompt unless all prompts are equal), "prompt" or "none"
-    artifact_kind: str = "none"  # "none" | "marker" | "length"
+    artifact_kind: str = "none"  # "none" | "marker" | "order" | "echo" | "length"
     artifact_strength: float = 0.0
     artifact_target_mode: str = "absent"  # "absent" | "neutral" | "reversed"
     # fraction of the source's artefact-carrying pairs on which the weak TEACHER can read the
@@ -167,15 +167,16 @@ class RunConfig:
             raise ConfigError(f"method.anchor_normalise must be pair|token, got {m.anchor_normalise!r}")
         if m.reference not in ("auto", "copy", "adapter_off", "cached"):
             raise ConfigError(f"method.reference must be auto|copy|adapter_off|cached, got {m.reference!r}")
-        if d.artifact_kind not in ("none", "marker", "length"):
-            raise ConfigError(f"data.artifact_kind must be none|marker|length, got {d.artifact_kind!r}")
+        if d.artifact_kind not in ("none", "marker", "order", "echo", "length"):
+            raise ConfigError("data.artifact_kind must be none|marker|order|echo|length, got "
+                              f"{d.artifact_kind!r}")
         if not (isinstance(d.artifact_teacher_visibility, (int, float))
                 and 0 <= d.artifact_teacher_visibility <= 1):
             raise ConfigError("data.artifact_teacher_visibility must be in [0, 1], got "
                               f"{d.artifact_teacher_visibility!r}")
         if d.artifact_teacher_visibility < 1 and d.artifact_kind == "none":
             raise ConfigError("data.artifact_teacher_visibility < 1 needs an artefact "
-                              "(data.artifact_kind marker or length)")
+                              "(data.artifact_kind marker, order, echo or length)")
         if not 0 <= d.artifact_strength <= 1:
             raise ConfigError(f"data.artifact_strength must be in [0, 1], got {d.artifact_strength!r}")
         if d.artifact_target_mode not in ("absent", "neutral", "reversed"):

@@ -45,6 +45,14 @@ def _generic_pairs(n: int = 200, seed: int = 0) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def _distinct_openings(df: pd.DataFrame) -> pd.DataFrame:
+    """Prefix the responses so that every pair's two responses open with different words."""
+    out = df.copy()
+    out["chosen"] = ["Alpha " + t for t in out["chosen"]]
+    out["rejected"] = ["Beta " + t for t in out["rejected"]]
+    return out
+
+
 @pytest.fixture()
 def pairs() -> pd.DataFrame:
     return _generic_pairs()
@@ -68,6 +76,8 @@ def test_strength_zero_is_no_artifact(pairs: pd.DataFrame, kind: str) -> None:
 
 @pytest.mark.parametrize("kind", ARTIFACT_KINDS)
 def test_strength_one_source_reversed_neutral(pairs: pd.DataFrame, kind: str) -> None:
+    if kind == "echo":  # echo needs responses that open with different words
+        pairs = _distinct_openings(pairs)
     src = apply_artifact(pairs, kind, 1.0, seed=1)
     assert artifact_label_correlation(src, kind) == 1.0
     assert src.attrs["artifact"]["correlation"] == 1.0
@@ -205,7 +215,12 @@ def test_on_vader_pairs() -> None:
 
     p = vader_pairs("tweets", n_pairs=400, seed=0)
     for kind in ARTIFACT_KINDS:
-        src = apply_artifact(p, kind, 1.0, seed=0)
+        s = 0.8 if kind == "echo" else 1.0  # echo: pairs opening with the same word cannot carry it
+        src = apply_artifact(p, kind, s, seed=0)
+        if kind == "echo":
+            natural = artifact_label_correlation(p, kind)
+            assert artifact_label_correlation(src, kind) == pytest.approx(0.8 + natural, abs=0.02)
+            continue
         assert artifact_label_correlation(src, kind) == 1.0
         assert [m["chosen_text_id"] for m in src["meta"]] == [
             m["chosen_text_id"] for m in p["meta"]
@@ -233,3 +248,87 @@ def test_teacher_visibility_hides_the_cue_from_the_teacher_only():
         mark_teacher_visibility(marked, 1.0, seed=1))
     with pytest.raises(ValueError, match="visibility must be in"):
         mark_teacher_visibility(marked, 1.5, seed=0)
+
+
+def test_order_cue_has_the_same_words_on_both_sides(pairs: pd.DataFrame) -> None:
+    from anchorviz.artifacts import order_suffixes
+
+    carry, other = order_suffixes()
+    assert carry != other and sorted(carry.split()) == sorted(other.split())
+    out = apply_artifact(pairs, "order", 0.5, seed=3)
+    k = round(0.5 * len(pairs))
+    n_carry = 0
+    for c0, r0, c1, r1, m in zip(pairs["chosen"], pairs["rejected"], out["chosen"], out["rejected"],
+                                 out["meta"]):
+        if m["artifact_side"] is None:
+            assert (c1, r1) == (c0, r0) and m["artifact_other_suffix"] == ""
+            continue
+        n_carry += 1
+        assert (c1, r1) == (c0 + carry, r0 + other)  # source: the carrying order on the chosen side
+        # a bag of words cannot tell the sides apart: both gained the same words
+        assert sorted(c1.split()[-2:]) == sorted(r1.split()[-2:])
+    assert n_carry == k
+    assert artifact_label_correlation(out, "order") == pytest.approx(k / len(pairs))
+    # the marker reading sees nothing: no side ends with the marker
+    assert artifact_label_correlation(out, "marker") == 0.0
+
+
+def test_teacher_view_removes_the_order_cue_from_both_sides(pairs: pd.DataFrame) -> None:
+    from anchorviz.artifacts import mark_teacher_visibility, teacher_view
+
+    out = mark_teacher_visibility(apply_artifact(pairs, "order", 0.8, seed=4), 0.5, seed=2)
+    view = teacher_view(out)
+    for c0, r0, c1, r1, cv, rv, m in zip(pairs["chosen"], pairs["rejected"], out["chosen"],
+                                         out["rejected"], view["chosen"], view["rejected"],
+                                         out["meta"]):
+        if m.get("artifact_teacher_visible") is False:
+            assert (cv, rv) == (c0, r0)  # hidden: neither order reaches the teacher
+        else:
+            assert (cv, rv) == (c1, r1)
+    assert sum(m.get("artifact_teacher_visible") is False for m in out["meta"]) == 80
+
+
+def test_order_refuses_texts_that_already_end_with_a_cue(pairs: pd.DataFrame) -> None:
+    bad = pairs.copy()
+    bad.loc[0, "rejected"] = bad.loc[0, "rejected"] + " then so"
+    with pytest.raises(ValueError, match="already end with ' then so'"):
+        apply_artifact(bad, "order", 0.5, seed=0)
+
+
+def test_echo_cue_appends_the_carrying_sides_first_word_to_both_sides(pairs: pd.DataFrame) -> None:
+    from anchorviz.artifacts import first_word
+
+    assert first_word("  'Great' film, really") == "great" and first_word("!!") == ""
+    out = apply_artifact(pairs, "echo", 0.6, seed=5)
+    k = round(0.6 * len(pairs))
+    carried = 0
+    for c0, r0, c1, r1, m in zip(pairs["chosen"], pairs["rejected"], out["chosen"], out["rejected"],
+                                 out["meta"]):
+        if m["artifact_side"] is None:
+            assert (c1, r1) == (c0, r0)
+            continue
+        carried += 1
+        w = first_word(c0)
+        assert first_word(c0) != first_word(r0)  # only pairs with different openings carry it
+        assert (c1, r1) == (c0 + " " + w, r0 + " " + w)  # the same word on both sides
+    assert carried == k
+    # the text reading: ends with its own first word on the chosen side only
+    natural = artifact_label_correlation(pairs, "echo")
+    assert artifact_label_correlation(out, "echo") == pytest.approx(natural + k / len(pairs), abs=0.02)
+    rev = apply_artifact(pairs, "echo", 0.6, seed=5, role="target", target_mode="reversed")
+    for c1, r1, m in zip(rev["chosen"], rev["rejected"], rev["meta"]):
+        if m["artifact_side"] == "rejected":
+            assert c1.endswith(m["artifact_suffix"]) and r1.endswith(m["artifact_suffix"])
+            assert m["artifact_suffix"] == " " + first_word(r1)
+    back = strip_artifact(out)
+    assert back["chosen"].tolist() == pairs["chosen"].tolist()
+    assert back["rejected"].tolist() == pairs["rejected"].tolist()
+
+
+def test_echo_refuses_a_strength_it_cannot_realise() -> None:
+    df = pd.DataFrame({"chosen": ["the good one", "the fine one", "a nice one"],
+                       "rejected": ["the bad one", "the poor one", "the worst one"],
+                       "meta": [{}, {}, {}]})
+    with pytest.raises(ValueError, match="only 1 have responses that open with different words"):
+        apply_artifact(df, "echo", 1.0, seed=0)
+    assert apply_artifact(df, "echo", 0.34, seed=0)["meta"][2]["artifact_side"] == "chosen"
