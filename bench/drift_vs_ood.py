@@ -32,11 +32,14 @@ from anchorviz.experiment import results_table
 MEASURES = {"centred cosine": "cosine_centred_mean", "1 - debiased CKA": "cka_debiased"}
 
 
-def drift_aog_frame(store: str | Path) -> pd.DataFrame:
+def drift_aog_frame(store: str | Path, table: pd.DataFrame | None = None) -> pd.DataFrame:
     """One row per (student run, target): method, lambda, layers, seed, target, drift measures
-    at the last captured layer, AOG on that target (points)."""
-    table = results_table(store)
-    rows = []
+    at the last captured layer, AOG on that target (points). ``table``: the store's results
+    table (default: rebuilt from its runs by `results_table`)."""
+    table = results_table(store) if table is None else table
+    rows: list[dict] = []
+    if table.empty:
+        return pd.DataFrame(rows)
     for _, r in table[table["kind"] == "student"].iterrows():
         drift = pd.read_parquet(Path(store) / "runs" / r["run_id"] / "drift.parquet")
         last = drift[drift["layer"] == drift["layer"].max()]

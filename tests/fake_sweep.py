@@ -96,6 +96,7 @@ def _drift(rng: np.random.Generator, splits: dict[str, str], strength: float,
                 "split": split, "domain": domain, "layer": layer, "cka": cka,
                 "cka_debiased": float(np.clip(cka - 0.03 * d, 0.0, 1.0)),
                 "cosine_mean": cos, "cosine_median": 0.9 * cos, "cosine_p90": min(0.99, 1.8 * cos),
+                "cosine_centred_mean": min(0.99, 1.2 * cos),
                 "n_rows": 0,  # filled below
             })
     return pd.DataFrame(rows)

@@ -12,6 +12,7 @@ import os
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 from conftest import toy_pairs
 from tiny_project import save_tiny_model
@@ -193,3 +194,62 @@ def test_anchor_scale_reads_the_stored_histories(tmp_path):
         assert row["anchor_mse"] == pytest.approx(tail["anchor"].mean())
         assert row["weighted_over_fit"] == pytest.approx(
             r.anchor_lambda * tail["anchor"].mean() / tail["fit"].mean())
+
+
+def test_drift_vs_ood_on_a_fake_sweep(tmp_path):
+    import drift_vs_ood
+    from fake_sweep import write_fake_sweep
+    from scipy import stats
+
+    store = write_fake_sweep(tmp_path / "sweep", seeds=(0, 1, 2), targets=("amazon", "nyt", "tweets"))
+    import pandas as pd
+
+    table = pd.read_parquet(store / "results.parquet")  # the fake's metrics carry no per-target block
+    df = drift_vs_ood.drift_aog_frame(store, table)
+    students = table[table["kind"] == "student"]
+    assert len(df) == 3 * len(students)  # one row per student x target
+    row = df.iloc[0]
+    src = students[students["run_id"] == row["run_id"]].iloc[0]
+    assert row["aog"] == pytest.approx(100 * src[f"aog_{row['target']}"])
+    sp = {(r["measure"], r["target"]): r for r in drift_vs_ood.spearman_rows(df)}
+    amazon = df[df["target"] == "amazon"]
+    want = stats.spearmanr(amazon["centred cosine"], amazon["aog"]).statistic
+    assert sp[("centred cosine", "amazon")]["spearman"] == pytest.approx(want)
+    assert sp[("centred cosine", "pooled")]["n"] == len(df)
+    loto = drift_vs_ood.loto_rows(df)
+    assert {r["held out"] for r in loto} == {"amazon", "nyt", "tweets"}
+    for r in loto:
+        assert r["n fit"] == 2 * len(students)
+        if r["trusted"]:
+            assert 0.0 <= r["coverage"] <= 1.0 and r["mae"] >= 0.0
+    assert drift_vs_ood.main([str(tmp_path / "empty")]) == 1  # no students: says so, no table
+
+
+def test_cue_readability_probe():
+    import cue_readability
+
+    rng = np.random.default_rng(0)
+    w = rng.normal(size=16)
+    readable = rng.normal(size=(200, 16)) + 0.8 * w  # one direction carries the cue's sign
+    noise = rng.normal(size=(200, 16))
+    assert cue_readability.probe_accuracy(readable[:100], readable[100:]) > 0.95
+    assert 0.35 < cue_readability.probe_accuracy(noise[:100], noise[100:]) < 0.65
+    # rows whose cue was truncated away (x = 0) are left out instead of counted as misses
+    with_cut = np.vstack([readable[100:], np.zeros((50, 16))])
+    assert cue_readability.probe_accuracy(readable[:100], with_cut) > 0.95
+
+
+def test_cue_effects_with_a_tiny_model(tiny_model):
+    import cue_readability
+
+    from anchorviz.models import load_reward_model
+
+    model, tok = load_reward_model(str(tiny_model), dropout=False)
+    model.eval()
+    pairs = toy_pairs(6)
+    fx = cue_readability.cue_effects(model, tok, pairs, "marker", max_length=64)
+    assert sorted(fx) == list(range(model.n_layers + 1))
+    assert all(v.shape == (6, model.hidden_size) for v in fx.values())
+    assert np.abs(fx[model.n_layers]).sum() > 0  # the marker changes the chosen side's state
+    cut = cue_readability.cue_effects(model, tok, pairs, "marker", max_length=4)
+    assert np.abs(cut[model.n_layers]).sum() == 0  # truncated before the marker: no effect
