@@ -113,6 +113,12 @@ def execute_node(kind: str, config: dict, out_dir: str) -> dict:
     data = prepare_data(data_config(cfg))
     computed = True
     if kind == "reference":
+        from anchorviz.experiment import reference_key
+        from anchorviz.store import config_hash
+
+        # a capture already in the store costs nothing: it must not feed the ETA as a computed node
+        marker = store.shared_dir(f"reference-{config_hash(reference_key(cfg))}") / "DONE.json"
+        computed = not marker.is_file()
         ensure_reference_capture(store, cfg, data)
     else:
         teacher = ensure_teacher(store, cfg, data)
@@ -202,30 +208,41 @@ class _Progress:
         self._postfix()
         self.bar.update(1)
 
+    # a ceiling and a student train the same model on the same pairs: one's time stands for the other's
+    _ALIKE = {"student": "ceiling", "ceiling": "student"}
+
     def eta(self) -> float | None:
         """Seconds until every node is done (None until a computed node gave a time)."""
+        return self._eta()[0]
+
+    def _eta(self) -> tuple[float | None, bool]:
+        """``(seconds, lower_bound)``: ``lower_bound`` when some kind still to run has no time of
+        its own or of a like kind and is estimated from the others (teachers and reference
+        captures, usually the cheaper nodes), so the true ETA is likely longer."""
         if not self.todo:
-            return 0.0
+            return 0.0, False
         measured = [s for v in self.seconds.values() for s in v]
         if not measured:
-            return None
+            return None, False
         overall = sum(measured) / len(measured)
         now = time.perf_counter()
-        work = 0.0
+        work, bound = 0.0, False
         for nid, kind in self.todo.items():
-            own = self.seconds.get(kind)
+            own = self.seconds.get(kind) or self.seconds.get(self._ALIKE.get(kind, ""), [])
+            if not own:
+                bound = True
             mean = sum(own) / len(own) if own else overall
             spent = now - self.start[nid] if nid in self.start else 0.0
             work += max(mean - spent, 0.0)
-        return work / min(self.slots, len(self.todo))
+        return work / min(self.slots, len(self.todo)), bound
 
     def _postfix(self) -> None:
         if not any(self.totals.values()):
             return
         parts = [f"{k} {self.done[k]}/{n}" for k, n in self.totals.items() if n]
-        eta = self.eta()
+        eta, bound = self._eta()
         if eta is not None:
-            parts.append(f"ETA {_duration(eta)}")
+            parts.append(f"ETA {'>' if bound else ''}{_duration(eta)}")
         self.bar.set_postfix_str(", ".join(parts), refresh=False)
 
     def refresh(self) -> None:

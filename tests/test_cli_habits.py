@@ -208,10 +208,12 @@ def test_sweep_bar_counts_every_kind_and_gives_an_eta(monkeypatch):
     prog.finished(nodes[1], {"computed": False, "seconds": 0.1})  # read from the store
     assert prog.done["teacher"] == 1 and prog.done["reference"] == 1
     assert prog.eta() == pytest.approx(300.0)  # 3 nodes left at the only mean known
+    assert "ETA >5m00s" in prog.bar.postfix  # a teacher's time only bounds a student's from below
     prog.started(nodes[3])
     clock[0] = 20.0
     prog.finished(nodes[3], {"computed": True, "seconds": 20.0})
-    # ceiling: no own time yet -> the mean of computed nodes (60); student 2: 20
-    assert prog.eta() == pytest.approx(80.0)
-    assert "student 1/2" in prog.bar.postfix and "ETA 1m20s" in prog.bar.postfix
+    # the ceiling trains the student's model on the same pairs: the student's time (20) stands
+    # for it; student 2: 20
+    assert prog.eta() == pytest.approx(40.0)
+    assert "student 1/2" in prog.bar.postfix and "ETA 40s" in prog.bar.postfix
     prog.close()

@@ -110,3 +110,16 @@ def test_pgr_comes_from_the_stored_scores_of_teacher_student_and_ceiling(tmp_pat
     assert got["lo"] <= got["point"] <= got["hi"]
     unfinished = scores(tmp_path / "c2", [1] * 10, finished=False)
     assert pgr_from_runs(s, unfinished, t) is None
+
+
+def test_a_reference_capture_read_from_the_store_reports_not_computed(tmp_path):
+    # a cached capture must not feed the sweep's ETA as if it had been computed
+    from dataclasses import asdict
+
+    from anchorviz.runner import execute_node
+
+    cfg = tiny_config(tmp_path)
+    store = str(tmp_path / "store")
+    first = execute_node("reference", asdict(cfg), store)
+    again = execute_node("reference", asdict(cfg), store)
+    assert first["computed"] is True and again["computed"] is False
