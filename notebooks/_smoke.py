@@ -38,6 +38,11 @@ from anchorviz.experiment import (
 
 Sweeps = SweepConfig | Sequence[SweepConfig]
 
+if os.environ.get("ANCHORVIZ_NOTEBOOK_RENDERER"):  # scripts/execute_notebooks.py: static images
+    import plotly.io as pio
+
+    pio.renderers.default = os.environ["ANCHORVIZ_NOTEBOOK_RENDERER"]
+
 _DEMO_DEFAULTS = build_parser().parse_args(["demo"])
 
 #: the artefact strength of the teaching story (fraction of source pairs carrying the marker):

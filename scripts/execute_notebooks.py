@@ -1,0 +1,75 @@
+"""Execute the notebooks at full size and store them WITH their outputs, so they read on GitHub
+and nbviewer without an hour of CPU.
+
+    python scripts/execute_notebooks.py                 # all four, reading / training ../runs
+    python scripts/execute_notebooks.py 01_failure_mode.ipynb
+
+Run ``anchorviz demo`` (or ``bash scripts/demo.sh``) first: the notebooks read its runs in
+``runs/demo`` and train only what is missing (notebook 03 trains the demo at two more teacher
+visibilities, about 10 runs). Figures are stored as static PNG images (plotly's ``png``
+renderer, through kaleido), which GitHub shows and which keep each notebook small; run the
+notebook yourself for interactive figures and widgets. Refuses to run in smoke mode: a stored
+notebook shows the full default's numbers. Each notebook gets ``metadata.anchorviz`` (what was
+executed, when, with which version) so the tests can tell a stored execution from stray output.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import os
+import sys
+import time
+from pathlib import Path
+
+import nbclient
+import nbformat
+
+REPO = Path(__file__).resolve().parent.parent
+NOTEBOOK_DIR = REPO / "notebooks"
+DEFAULT = ["01_failure_mode.ipynb", "02_representation_drift.ipynb", "03_anchor_explorer.ipynb",
+           "04_your_own_models_and_data.ipynb"]
+MAX_BYTES = 3_000_000
+
+
+def execute(path: Path, timeout: int = 3600) -> float:
+    nb = nbformat.read(path, as_version=4)
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            cell.outputs, cell.execution_count = [], None
+    client = nbclient.NotebookClient(nb, timeout=timeout, kernel_name="python3",
+                                     resources={"metadata": {"path": str(path.parent)}})
+    t0 = time.perf_counter()
+    client.execute()
+    seconds = time.perf_counter() - t0
+    from anchorviz import __version__
+
+    nb.metadata.pop("widgets", None)  # widget state: not shown by GitHub, large
+    nb.metadata["anchorviz"] = {"executed": "full", "anchorviz_version": __version__,
+                                "date": dt.date.today().isoformat(),
+                                "seconds": round(seconds)}
+    nbformat.write(nb, path)
+    size = path.stat().st_size
+    if size > MAX_BYTES:
+        raise SystemExit(f"{path.name}: {size} bytes stored, above {MAX_BYTES}: too large to commit")
+    return seconds
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("notebooks", nargs="*", default=DEFAULT)
+    args = ap.parse_args(argv)
+    if os.environ.get("ANCHORVIZ_SMOKE") == "1":
+        print("refusing: ANCHORVIZ_SMOKE=1 (stored notebooks show the full default)")
+        return 2
+    os.environ["ANCHORVIZ_NOTEBOOK_RENDERER"] = "png"  # read by notebooks/_smoke.py
+    os.environ.setdefault("TQDM_DISABLE", "1")  # progress bars would fill the stored outputs
+    for name in args.notebooks:
+        secs = execute(NOTEBOOK_DIR / name)
+        print(f"{name}: executed in {secs:.0f} s, {(NOTEBOOK_DIR / name).stat().st_size} bytes")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
