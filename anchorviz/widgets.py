@@ -13,6 +13,13 @@ programmatically what the controls do.
 :class:`RunLauncher` is a form (method, lambda, layers, seed) with a Run button that calls
 ``anchorviz.experiment.run`` and reports the run directories (or the error) in its output area.
 
+The layout follows the width of the output area: the figures autosize (no fixed width), the
+rows of controls and the two lower panels wrap under each other in a narrow notebook column
+instead of being cut off, and every colour comes from the Okabe-Ito palette of
+:mod:`anchorviz.plots` (``plots.OKABE_ITO`` / ``plots.TEMPLATE``: no red / green pair). Values
+shown in the HTML status lines (run ids, paths, error messages) are HTML-escaped;
+``status_text`` gives the same line as plain text for printing.
+
 ``go.FigureWidget`` needs the ``anywidget`` package with plotly >= 6. Without it the explorer
 falls back to plain figures re-drawn into ``ipywidgets.Output`` areas (slower, same data) and
 logs a warning saying so.
@@ -23,10 +30,12 @@ from __future__ import annotations
 import importlib
 import logging
 import math
+import re
 import time
 import traceback
 from collections.abc import Mapping
 from html import escape as _escape
+from html import unescape as _unescape
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +50,34 @@ from anchorviz import plots
 logger = logging.getLogger(__name__)
 
 __all__ = ["RunLauncher", "SweepExplorer", "lambda_label", "select_run"]
+
+#: the explorer's colours, all from the Okabe-Ito palette of anchorviz.plots: the selected run
+#: blue and the naive W2S reference vermillion (its colour in every other figure), ID / OOD
+#: accuracy blue / orange; chosen / rejected come from plots.umap_groups (blue / orange)
+_OI = plots.OKABE_ITO
+_SELECTED_COLOR = _OI["blue"]
+_NAIVE_COLOR = plots.METHOD_COLORS["naive"]
+_ACC_COLORS = {"acc_id": _OI["blue"], "ood": _OI["orange"]}
+_MOVEMENT_COLOR = "rgba(153,153,153,0.45)"  # Okabe-Ito grey, see-through
+#: panel sizes: the heights are fixed, the widths follow the output area (plotly autosize);
+#: the two lower panels sit side by side while each gets at least _PANEL_BASIS, else they wrap
+_DRIFT_HEIGHT, _PANEL_HEIGHT = 520, 520
+_PANEL_BASIS = "440px"
+_MAX_WIDTH = "1600px"
+_TITLE_FONT = {"size": 15}
+
+
+def _wrap_row(children: list[widgets.Widget], **layout: Any) -> widgets.HBox:
+    """A row that wraps its children onto further lines when the output area is narrow."""
+    layout = {"flex_flow": "row wrap", "width": "100%", "max_width": _MAX_WIDTH,
+              "align_items": "center", **layout}
+    return widgets.HBox(children, layout=widgets.Layout(**layout))
+
+
+def _plain(html: str) -> str:
+    """The text of one of the explorer's own status lines (tags dropped, entities decoded)."""
+    return _unescape(re.sub(r"<[^>]+>", "", html.replace("<br>", "\n")))
+
 
 _SELECTION_KEYS = ("method", "lambda_", "layer", "target", "seed", "artifact_strength",
                    "teacher_visibility", "view_layer", "color_by")
@@ -148,14 +185,18 @@ class _FigureSlot:
     """A figure the explorer updates in place, and the widget that shows it.
 
     With anywidget installed ``figure`` is a ``go.FigureWidget`` (its own widget); without it
-    a plain ``go.Figure`` drawn into an ``Output`` area after every update.
+    a plain ``go.Figure`` drawn into an ``Output`` area after every update. ``box`` holds the
+    widget and is what the layout places: a column box (so the figure stretches to its width)
+    sized by ``layout``; the figure itself has no width and follows the box (plotly autosize,
+    ``responsive`` on window resizes).
     """
 
     _warned = False
 
-    def __init__(self, fig: go.Figure) -> None:
+    def __init__(self, fig: go.Figure, **layout: Any) -> None:
         try:
             self.figure: go.Figure = go.FigureWidget(fig)
+            self.figure._config = {**self.figure._config, "responsive": True}
             self.widget: widgets.Widget = self.figure
             self.live = True
         except ImportError as exc:
@@ -167,6 +208,8 @@ class _FigureSlot:
             self.figure = go.Figure(fig)
             self.widget = widgets.Output()
             self.live = False
+        self.box = widgets.VBox([self.widget], layout=widgets.Layout(
+            align_items="stretch", min_width="0", **layout))
 
     def refresh(self) -> None:
         if self.live or not _in_kernel():
@@ -194,7 +237,10 @@ class SweepExplorer:
     Attributes:
         results: the results table (loaded once).
         figures: ``{"drift", "umap", "accuracy"}`` -> the figures updated in place.
-        widget: the ``VBox`` to display.
+        widget: the ``VBox`` to display (as wide as the output area, at most 1600 px; rows
+            and panels wrap when it is narrow).
+        status: the HTML status line (values HTML-escaped); ``status_text``: the same as
+            plain text.
         selection: the current selection (``method``, ``lambda_``, ``layer``, ``target``,
             ``seed``, ``artifact_strength``, ``teacher_visibility``, ``view_layer``,
             ``color_by``).
@@ -226,9 +272,10 @@ class SweepExplorer:
         self.run_id: str | None = None
         self._build_controls(students)
         self.figures: dict[str, go.Figure] = {}
-        self._slots = {"drift": _FigureSlot(self._empty_drift()),
-                       "umap": _FigureSlot(self._empty_umap()),
-                       "accuracy": _FigureSlot(self._empty_accuracy())}
+        panel = {"flex": f"1 1 {_PANEL_BASIS}"}  # side by side, or under each other
+        self._slots = {"drift": _FigureSlot(self._empty_drift(), width="100%"),
+                       "umap": _FigureSlot(self._empty_umap(), **panel),
+                       "accuracy": _FigureSlot(self._empty_accuracy(), **panel)}
         self.figures = {k: s.figure for k, s in self._slots.items()}
         self.widget = self._layout()
         self._redraw()
@@ -297,9 +344,12 @@ class SweepExplorer:
             style={"description_width": "initial"},
             layout={"display": None if len(visibilities) > 1 else "none"})
         self.view_layer_w = widgets.Dropdown(options=[], description="map layer")
-        self.color_by_w = widgets.ToggleButtons(options=[("domain", "domain"), ("side", "side")],
-                                                value="domain", description="colour by")
-        self.status = widgets.HTML()
+        # button_width auto: the buttons are as wide as their labels, not a fixed 148 px each
+        self.color_by_w = widgets.ToggleButtons(
+            options=[("domain", "domain"), ("side", "side")], value="domain",
+            description="colour by",
+            style={"button_width": "auto", "description_width": "initial"})
+        self.status = widgets.HTML()  # its text wraps at the width of the output area
         for w in (self.method_w, self.lambda_w, self.layer_w, self.target_w, self.seed_w,
                   self.strength_w, self.visibility_w, self.view_layer_w, self.color_by_w):
             w.observe(self._on_change, names="value")
@@ -311,13 +361,16 @@ class SweepExplorer:
                 "view_layer": self.view_layer_w, "color_by": self.color_by_w}
 
     def _layout(self) -> widgets.VBox:
-        wrap = {"flex_flow": "row wrap"}  # narrow screens: controls wrap, none is cut off
-        row1 = widgets.HBox([self.method_w, self.lambda_w, self.layer_w, self.visibility_w],
-                            layout=wrap)
-        row2 = widgets.HBox([self.target_w, self.seed_w, self.strength_w, self.view_layer_w,
-                             self.color_by_w], layout=wrap)
-        panels = widgets.HBox([self._slots["umap"].widget, self._slots["accuracy"].widget])
-        return widgets.VBox([row1, row2, self.status, self._slots["drift"].widget, panels])
+        # every row wraps: in a narrow output area (file browser open, small screen) controls
+        # and the two lower panels go onto further lines instead of past the right edge, where
+        # the output area would cut them off
+        row1 = _wrap_row([self.method_w, self.lambda_w, self.layer_w, self.visibility_w])
+        row2 = _wrap_row([self.target_w, self.seed_w, self.strength_w, self.view_layer_w,
+                          self.color_by_w])
+        panels = _wrap_row([self._slots["umap"].box, self._slots["accuracy"].box],
+                           align_items="flex-start")
+        return widgets.VBox([row1, row2, self.status, self._slots["drift"].box, panels],
+                            layout=widgets.Layout(width="100%", max_width=_MAX_WIDTH))
 
     @property
     def selection(self) -> dict[str, Any]:
@@ -423,8 +476,10 @@ class SweepExplorer:
         fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.1,
                             subplot_titles=["linear CKA(student, reference): 1 = unchanged",
                                             "cosine drift 1 - cos: 0 = unchanged"])
-        styles = [("selected", "source", "#1f77b4", "solid"), ("selected", "target", "#1f77b4", "dash"),
-                  ("naive", "source", "#d62728", "solid"), ("naive", "target", "#d62728", "dash")]
+        styles = [("selected", "source", _SELECTED_COLOR, "solid"),
+                  ("selected", "target", _SELECTED_COLOR, "dash"),
+                  ("naive", "source", _NAIVE_COLOR, "solid"),
+                  ("naive", "target", _NAIVE_COLOR, "dash")]
         for c, metric in ((1, "cka"), (2, "cosine")):
             for who, dom, color, dash in styles:
                 fig.add_trace(go.Scatter(
@@ -434,12 +489,12 @@ class SweepExplorer:
             fig.update_xaxes(title_text="layer (0 = embeddings)", dtick=1, row=1, col=c)
         fig.update_yaxes(title_text=plots.DRIFT_METRICS["cka"][1], row=1, col=1)
         fig.update_yaxes(title_text="cosine drift 1 - cos", row=1, col=2)
-        # an explicit width (the two panels below are 620 px each): without one the widget
-        # takes a narrow default inside the VBox and the subplot titles overlap; the legend goes
-        # below the plots so its long trace names do not squeeze them
-        fig.update_layout(height=460, width=1240, template="plotly_white",
-                          margin={"t": 90, "b": 40},
-                          legend={"orientation": "h", "x": 0, "y": -0.22})
+        fig.update_annotations(font_size=13)  # the subplot titles, side by side when narrow
+        # no width: the figure fills its box (autosize); the legend goes below the axis titles
+        # in the figure's own bottom margin (its long trace names wrap there, nothing is cut)
+        fig.update_layout(height=_DRIFT_HEIGHT, autosize=True, template=plots.TEMPLATE,
+                          title_font=_TITLE_FONT, margin={"t": 100, "b": 150, "l": 60, "r": 20},
+                          legend=plots._BOTTOM_LEGEND)
         return fig
 
     def _update_drift(self, run_id: str, naive_id: str | None, label: str) -> None:
@@ -463,9 +518,9 @@ class SweepExplorer:
                 tr.name = f"{name} · {where}"
                 tr.hovertemplate = (f"{name}<br>{where}<br>layer %{{x}}<br>%{{y:.5g}}"
                                     "<extra></extra>")
-            fig.layout.title.text = (f"Drift per layer: {label} (seed {self.seed_w.value}"
-                                     f"{self._condition_caption()}) vs "
-                                     f"naive W2S; solid = source, dashed = target {target}")
+            fig.layout.title.text = (f"Drift per layer: {label} vs naive W2S<br><sup>seed "
+                                     f"{self.seed_w.value}{self._condition_caption()}; solid = "
+                                     f"source, dashed = target {target}</sup>")
 
     def _source_domain(self, run_id: str) -> str:
         table = self._drift.get(run_id)
@@ -486,11 +541,12 @@ class SweepExplorer:
                             "symbol": "circle" if model == "reference" else "diamond"},
                     hovertemplate=plots._UMAP_HOVER, meta={"model": model, "slot": i}))
         fig.add_trace(go.Scattergl(x=[], y=[], mode="lines", hoverinfo="skip",
-                                   line={"color": "rgba(90,90,90,0.35)", "width": 1},
+                                   line={"color": _MOVEMENT_COLOR, "width": 1},
                                    meta={"model": "movement"}))
-        fig.update_layout(height=480, width=620, template="plotly_white", margin={"t": 80},
+        fig.update_layout(height=_PANEL_HEIGHT, autosize=True, template=plots.TEMPLATE,
+                          title_font=_TITLE_FONT, margin={"t": 80, "b": 150, "l": 60, "r": 20},
                           xaxis_title="map axis 1 (shared map of reference states)",
-                          yaxis_title="map axis 2", legend={"orientation": "h", "y": -0.2})
+                          yaxis_title="map axis 2", legend=plots._BOTTOM_LEGEND)
         fig.update_yaxes(scaleanchor="x", scaleratio=1)
         return fig
 
@@ -546,14 +602,17 @@ class SweepExplorer:
 
     def _empty_accuracy(self) -> go.Figure:
         fig = go.Figure()
-        for col, color in (("acc_id", "#1f4e79"), ("ood", "#f28e2b")):
+        for col, color in _ACC_COLORS.items():
             fig.add_trace(go.Bar(x=[], y=[], marker={"color": color}, meta={"column": col},
                                  hovertemplate=("%{x}<br>%{y:.1f}%<br>interval %{customdata[0]:.1f}"
                                                 " to %{customdata[1]:.1f}%<br>%{customdata[3]}"
                                                 "<extra></extra>")))
-        fig.update_layout(height=480, width=620, barmode="group", template="plotly_white",
-                          yaxis_title="pairwise accuracy (%)", margin={"t": 80},
-                          legend={"orientation": "h", "y": 1.0, "yanchor": "bottom"})
+        fig.update_layout(height=_PANEL_HEIGHT, autosize=True, barmode="group",
+                          template=plots.TEMPLATE, title_font=_TITLE_FONT,
+                          yaxis_title="pairwise accuracy (%)",
+                          margin={"t": 120, "b": 60, "l": 60, "r": 20},
+                          legend=plots._TOP_LEGEND)  # above the bars: the method names
+        # below them take as much room as their (rotated) labels need
         fig.add_hline(y=50, line={"dash": "dot", "color": "grey"})
         return fig
 
@@ -578,19 +637,27 @@ class SweepExplorer:
             lo = np.nanmin(summary[["lo", "mean"]].to_numpy(float)) * 100
             fig.layout.yaxis.range = [50.0 if lo >= 52 else max(0.0, math.floor(lo - 5)),
                                       min(100.0, math.ceil(np.nanmax(summary["hi"]) * 100 + 3))]
-            fig.layout.title.text = (f"Pairwise accuracy, selected: {label}"
-                                     f"{self._condition_caption()}<br><sup>"
-                                     f"{plots._interval_caption(summary)}</sup>")
+            cond = self._condition_caption()
+            fig.layout.title.text = (f"Pairwise accuracy: {label}<br><sup>outlined = selected"
+                                     f"{cond}; {plots._interval_caption(summary)}</sup>")
+
+    @property
+    def status_text(self) -> str:
+        """The status line as plain text (no markup), for printing."""
+        return _plain(self.status.value)
 
     def _update_status(self, row: pd.Series, label: str) -> None:
+        # every value from the sweep (label, run id, target name) is escaped: a name with
+        # "<" or "&" shows as written and never becomes markup
         target = str(self.target_w.value)
-        parts = [f"<b>{label}</b>, seed {row['seed']} — run <code>{row['run_id']}</code>"]
+        parts = [f"<b>{_escape(label)}</b>, seed {_escape(str(row['seed']))} — run "
+                 f"<code>{_escape(str(row['run_id']))}</code>"]
         if self._several_visibilities():
             parts.append(f"teacher read the marker on {row['teacher_visibility']:.0%} of the "
                          "marked source pairs")
         acc = [("ID", row.get("acc_id")),
                ("ID on marked pairs the teacher could not read", row.get("acc_id_hidden")),
-               (f"OOD {target}", row.get(f"acc_{target}"))]
+               (f"OOD {_escape(target)}", row.get(f"acc_{target}"))]
         parts.append(", ".join(f"{k} {100 * v:.1f}%" for k, v in acc
                                if v is not None and np.isfinite(v)))
         scores = [(k.upper(), row.get(k)) for k in ("wrg", "aog", "nts")]
@@ -627,7 +694,8 @@ class RunLauncher:
         out_dir: the run store (sweep-style directory) the runs go to.
 
     The Run button calls :meth:`launch`: the run happens in the kernel (``tqdm.auto`` bars of
-    training show in the output area), the status line then names the run directories.
+    training show in the output area), the status line (``status``, HTML with the values
+    escaped; ``status_text`` as plain text) then names the run directories.
     Errors are shown in the output area and kept in ``last_error``; they never reach the
     kernel.
     """
@@ -661,9 +729,10 @@ class RunLauncher:
         self.method_w.observe(lambda _c: self._sync(), names="value")
         self._sync()
         self.widget = widgets.VBox([
-            widgets.HBox([self.method_w, self.lambda_w, self.layers_w]),
-            widgets.HBox([self.seed_w, self.out_dir_w, self.button]),
-            self.progress, self.status, self.output])
+            _wrap_row([self.method_w, self.lambda_w, self.layers_w]),
+            _wrap_row([self.seed_w, self.out_dir_w, self.button]),
+            self.progress, self.status, self.output],
+            layout=widgets.Layout(width="100%", max_width=_MAX_WIDTH))
 
     @staticmethod
     def _read_base(base: Any) -> Any:
@@ -675,6 +744,11 @@ class RunLauncher:
                 raise FileNotFoundError(f"config file {path} does not exist")
             return yaml.safe_load(path.read_text()) or {}
         return base
+
+    @property
+    def status_text(self) -> str:
+        """The status line as plain text (no markup), for printing."""
+        return _plain(self.status.value)
 
     def _sync(self) -> None:
         anchored = self.method_w.value == "anchor"
@@ -709,7 +783,8 @@ class RunLauncher:
         self.last_error, self.result = None, None
         self.progress.value, self.progress.bar_style = 0, "info"
         self.progress.description = "running"
-        self.status.value = "running " + ", ".join(f"{k}={v}" for k, v in self.overrides().items())
+        self.status.value = "running " + _escape(", ".join(f"{k}={v}" for k, v in
+                                                           self.overrides().items()))
         t0 = time.perf_counter()
         try:
             with self.output:
@@ -719,7 +794,7 @@ class RunLauncher:
         except Exception as exc:  # shown in the widget, never raised into the kernel
             self.last_error = exc
             self.progress.bar_style, self.progress.description = "danger", "failed"
-            self.status.value = f"<b>failed</b>: {type(exc).__name__}: {exc}"
+            self.status.value = f"<b>failed</b>: {type(exc).__name__}: {_escape(str(exc))}"
             self.output.append_stderr(traceback.format_exc())
             logger.warning("run failed: %s: %s", type(exc).__name__, exc)
             return None
@@ -739,5 +814,6 @@ class RunLauncher:
             run_dir = getattr(r, "run_dir", r)
             kind = getattr(r, "kind", "")
             reused = " (already finished, reused)" if getattr(r, "computed", True) is False else ""
-            parts.append(f"{kind} <code>{run_dir}</code>{reused}".strip())
+            parts.append(f"{_escape(str(kind))} <code>{_escape(str(run_dir))}</code>"
+                         f"{reused}".strip())
         return "; ".join(parts)

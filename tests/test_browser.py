@@ -2,9 +2,12 @@
 
 JupyterLab serves a temporary copy of ``notebooks/`` (smoke mode, the sweep trained beforehand
 from Python with the very call notebook 03 makes, so the notebook only reads it); headless
-Chromium, driven by Playwright, opens ``03_anchor_explorer.ipynb``, runs all cells, waits for
-the lambda slider, moves it with the keyboard and checks that the explorer's figures changed.
-A screenshot goes to ``test-artifacts/anchor_explorer.png``.
+Chromium, driven by Playwright, opens ``03_anchor_explorer.ipynb`` in a 1280 px wide window with
+the file browser open, runs all cells, waits for the lambda slider, moves it with the keyboard
+and checks that the explorer's figures changed and that nothing of the explorer is cut off:
+every control, figure, legend and title lies inside the output area (and the output area inside
+the notebook). Screenshots go to ``test-artifacts/anchor_explorer.png`` and
+``anchor_explorer_panels.png``.
 """
 
 from __future__ import annotations
@@ -104,9 +107,11 @@ def lab(tmp_path_factory):
     shutil.copytree(NOTEBOOK_DIR, nbdir,
                     ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__"))
     runs = _runs_folder(tmp_path_factory)
-    # the sweep notebook 03 asks for in smoke mode, trained here so that the page only reads it
+    # the sweeps notebook 03 asks for in smoke mode (one per teacher visibility), trained here
+    # so that the page only reads them
     smoke = _smoke_module()
-    sw = smoke.demo_config(True, strengths=[smoke.STRENGTH], anchor_lambdas=[1.0, 10.0])
+    sw = smoke.explorer_configs(True, visibilities=sorted(smoke.explorer_visibilities(True)),
+                                anchor_lambdas=[1.0, 10.0])
     t0 = time.perf_counter()
     smoke.ensure_sweep(sw, smoke.sweep_dir(runs, True))
     print(f"smoke sweep ready in {time.perf_counter() - t0:.0f} s")
@@ -166,6 +171,79 @@ def lab(tmp_path_factory):
         log.close()
 
 
+#: the window of the explorer test: a laptop screen, with JupyterLab's file browser open
+VIEWPORT = {"width": 1280, "height": 1000}
+
+# the explorer's output area, the notebook's visible area, and the box of every element of the
+# explorer: widgets (controls, status, figure boxes) against the output area, the parts of each
+# plotly figure (its svg, legend, titles, axis titles) against the figure
+_FIT_JS = """() => {
+    const rect = el => { const r = el.getBoundingClientRect();
+                         return {left: r.left, right: r.right, top: r.top, bottom: r.bottom,
+                                 width: r.width, height: r.height}; };
+    const title = el => String((el.layout && el.layout.title &&
+                               (el.layout.title.text || el.layout.title)) || '');
+    const drift = Array.from(document.querySelectorAll('.js-plotly-plot'))
+        .find(el => title(el).startsWith('Drift per layer'));
+    if (!drift) return null;
+    const area = drift.closest('.jp-OutputArea-output');
+    const root = area.querySelector('.jupyter-widgets.widget-vbox');
+    const notebook = drift.closest('.jp-Notebook');
+    const name = el => (el.getAttribute('class') || el.tagName).split(' ').slice(0, 3).join(' ')
+        + (el.innerText ? ': ' + el.innerText.slice(0, 40) : '');
+    const widgets = Array.from(root.querySelectorAll(
+            '.jupyter-widgets, .widget-toggle-button, button, select, .noUi-target'))
+        .filter(el => el.getClientRects().length)  // hidden widgets have no box
+        .map(el => ({name: name(el), ...rect(el)}));
+    const figures = Array.from(root.querySelectorAll('.js-plotly-plot')).map(el => ({
+        title: title(el), ...rect(el),
+        parts: Array.from(el.querySelectorAll(
+                'svg.main-svg, g.legend, g.g-gtitle, g.g-xtitle, g.g-ytitle, g.annotation'))
+            .filter(p => p.getBoundingClientRect().width > 0)
+            .map(p => ({name: name(p), ...rect(p)})),
+    }));
+    return {area: rect(area), notebook: rect(notebook), root: rect(root),
+            scroll: {area: area.scrollWidth - area.clientWidth,
+                     root: root.scrollWidth - root.clientWidth},
+            filebrowser: !!Array.from(document.querySelectorAll('.jp-FileBrowser'))
+                .find(el => el.getClientRects().length && el.getBoundingClientRect().width > 0),
+            widgets, figures};
+}"""
+
+
+def _outside(box: dict, frame: dict, tol: float = 1.0, vertical: bool = False) -> bool:
+    out = box["left"] < frame["left"] - tol or box["right"] > frame["right"] + tol
+    if vertical:
+        out = out or box["top"] < frame["top"] - tol or box["bottom"] > frame["bottom"] + tol
+    return out
+
+
+def _clipped(fit: dict) -> list[str]:
+    """What of the explorer lies (partly) outside where it is shown: an empty list when all
+    fits."""
+    bad = []
+    if _outside(fit["area"], fit["notebook"]):
+        bad.append(f"output area {fit['area']} beyond the notebook {fit['notebook']}")
+    for what, extra in fit["scroll"].items():
+        if extra > 1:
+            bad.append(f"{what} scrolls sideways by {extra} px")
+    for w in [fit["root"], *fit["widgets"]]:
+        if _outside(w, fit["area"]):
+            bad.append(f"{w.get('name', 'explorer')} [{w['left']:.0f}, {w['right']:.0f}] "
+                       f"outside the output area [{fit['area']['left']:.0f}, "
+                       f"{fit['area']['right']:.0f}]")
+    for f in fit["figures"]:
+        if _outside(f, fit["area"]):
+            bad.append(f"figure {f['title'][:40]!r} outside the output area")
+        for part in f["parts"]:
+            if _outside(part, f, vertical=True):  # e.g. a legend longer than the figure
+                bad.append(f"{part['name']} x [{part['left']:.0f}, {part['right']:.0f}] y "
+                           f"[{part['top']:.0f}, {part['bottom']:.0f}] cut off by figure "
+                           f"{f['title'][:40]!r} x [{f['left']:.0f}, {f['right']:.0f}] y "
+                           f"[{f['top']:.0f}, {f['bottom']:.0f}]")
+    return bad
+
+
 def _figures(page) -> list[dict]:
     return page.evaluate(_FIGURES_JS)
 
@@ -193,13 +271,15 @@ def _run_all_cells(page) -> None:
 
 
 def test_lambda_slider_changes_the_figures(lab, tmp_path):
+    """Moving the slider redraws the panels; at 1280 px with the file browser open nothing of
+    the explorer is cut off, as drawn first and after the redraw."""
     url, _runs = lab
     t0 = time.perf_counter()
     ARTIFACTS.mkdir(exist_ok=True)
     with sync_playwright() as p:
         ctx = p.chromium.launch_persistent_context(
             str(tmp_path / "chromium-profile"), executable_path=CHROMIUM, headless=True,
-            args=CHROME_ARGS, viewport={"width": 1600, "height": 1300})
+            args=CHROME_ARGS, viewport=VIEWPORT)
         page = ctx.pages[0] if ctx.pages else ctx.new_page()
         try:
             page.set_default_timeout(60_000)
@@ -223,6 +303,8 @@ def test_lambda_slider_changes_the_figures(lab, tmp_path):
                 "() => document.body.innerText.includes('already finished, reused')",
                 timeout=600_000)
             handle.scroll_into_view_if_needed()
+            page.wait_for_timeout(1000)  # let the first drawing settle
+            fit_first = page.evaluate(_FIT_JS)
             before = _figures(page)
             readout = page.locator(".widget-readout").first.inner_text()
             page.evaluate(f"() => {{ window.__figs = {_FIGURES_JS}; "
@@ -240,9 +322,13 @@ def test_lambda_slider_changes_the_figures(lab, tmp_path):
                     continue
             page.wait_for_timeout(1000)  # let the last batch_update paint
             after = _figures(page)
+            fit_after = page.evaluate(_FIT_JS)
             new_readout = page.locator(".widget-readout").first.inner_text()
             handle.scroll_into_view_if_needed()
             page.screenshot(path=str(ARTIFACTS / "anchor_explorer.png"))
+            # the map and accuracy panels below the drift panel
+            page.locator(".js-plotly-plot").nth(2).scroll_into_view_if_needed()
+            page.screenshot(path=str(ARTIFACTS / "anchor_explorer_panels.png"))
         except Exception:
             page.screenshot(path=str(ARTIFACTS / "anchor_explorer_failure.png"))
             raise
@@ -258,6 +344,13 @@ def test_lambda_slider_changes_the_figures(lab, tmp_path):
     drift_before = [f for f in before if str(f["title"]).startswith("Drift per layer")]
     drift_after = [f for f in after if str(f["title"]).startswith("Drift per layer")]
     assert drift_before[0]["traces"] != drift_after[0]["traces"], "drift curves did not change"
+
+    # the explorer fits a 1280 px window with the file browser open: nothing is cut off
+    for when, fit in (("as first drawn", fit_first), ("after the slider moved", fit_after)):
+        assert fit is not None, f"{when}: no explorer in the page"
+        assert fit["filebrowser"], "the file browser is not open (the narrow case to test)"
+        assert len(fit["figures"]) == 3 and len(fit["widgets"]) >= 10, fit
+        assert not _clipped(fit), f"{when}: " + "\n".join(_clipped(fit))
 
 
 def test_report_fits_1280_px_and_leads_with_the_verdict(tmp_path):

@@ -256,7 +256,138 @@ def test_figure_widgets_when_anywidget_is_installed(explorer):
         assert all(type(f) is go.Figure for f in explorer.figures.values())
         return
     assert all(isinstance(f, go.FigureWidget) for f in explorer.figures.values())
-    assert explorer.widget.children[-2] is explorer.figures["drift"]
+    assert explorer.widget.children[-2].children == (explorer.figures["drift"],)
+    # window resizes redraw the figures at the new width
+    assert all(f._config.get("responsive") for f in explorer.figures.values())
+
+
+# --------------------------------------------------------------------------- fits the screen
+
+
+def _boxes(widget) -> list:
+    """Every box (HBox / VBox / Box) in a widget tree, the root first."""
+    import ipywidgets as widgets
+
+    out = [widget] if isinstance(widget, widgets.Box) else []
+    for child in getattr(widget, "children", ()):
+        out += _boxes(child)
+    return out
+
+
+def test_figures_follow_the_output_area_width(explorer):
+    """No fixed pixel width (1240 / 620 px cut the accuracy panel off in a narrow notebook
+    column): every figure autosizes to its box and keeps a fixed height."""
+    explorer.update(method="anchor", lambda_=0.1, layer="last", target="nyt", seed=0)
+    for name, fig in explorer.figures.items():
+        assert fig.layout.width is None, (name, fig.layout.width)
+        assert fig.layout.autosize is True, name
+        assert 300 <= fig.layout.height <= 800, (name, fig.layout.height)
+        # horizontal legends, below the plot or above it, never beside it (where a long
+        # trace name pushes it past the right edge of a narrow figure)
+        assert fig.layout.legend.orientation == "h", name
+        assert fig.layout.legend.x in (None, 0), name
+
+
+def test_rows_and_panels_wrap_in_a_narrow_output_area(explorer):
+    import ipywidgets as widgets
+
+    root = explorer.widget
+    assert root.layout.width == "100%" and root.layout.max_width
+    rows = [b for b in _boxes(root) if isinstance(b, widgets.HBox)]
+    assert len(rows) == 3  # two rows of controls and the umap / accuracy panels
+    for row in rows:
+        assert row.layout.flex_flow == "row wrap" and row.layout.width == "100%", row.children
+    panels = rows[-1]
+    assert [b.children[0] for b in panels.children] == [explorer._slots["umap"].widget,
+                                                        explorer._slots["accuracy"].widget]
+    for box in panels.children:  # each may shrink and grows from a basis, side by side or not
+        assert box.layout.flex.startswith("1 1 ") and box.layout.min_width == "0"
+        assert box.layout.width is None
+    assert explorer._slots["drift"].box.layout.width == "100%"
+    # no box anywhere has a fixed pixel width
+    for box in _boxes(root):
+        assert not str(box.layout.width or "").endswith("px"), box
+    # the colour-by buttons are as wide as their labels (fixed 148 px buttons spilled over)
+    assert explorer.color_by_w.style.button_width == "auto"
+
+
+def _explicit_colors(fig) -> list[str]:
+    out = []
+    for tr in fig.data:
+        if isinstance(tr.meta, dict) and tr.meta.get("model") == "movement":
+            continue  # the see-through grey movement lines
+        line = getattr(tr, "line", None)
+        marker = getattr(tr, "marker", None)
+        for c in ((line.color if line is not None else None),
+                  (marker.color if marker is not None else None)):
+            if isinstance(c, str):
+                out.append(c.upper())
+    return out
+
+
+def test_colours_are_the_colour_blind_safe_palette(explorer):
+    from anchorviz import plots
+
+    okabe_ito = {c.upper() for c in plots.OKABE_ITO.values()}
+    explorer.update(method="anchor", lambda_=0.1, layer="last", target="nyt", seed=0,
+                    color_by="side")
+    for name, fig in explorer.figures.items():
+        colors = _explicit_colors(fig)
+        assert colors, name
+        assert set(colors) <= okabe_ito, (name, set(colors) - okabe_ito)
+        assert list(fig.layout.template.layout.colorway) == list(
+            plots.TEMPLATE.layout.colorway), name
+    umap = explorer.figures["umap"]
+    side = {tr.name.split(" · ")[1]: tr.marker.color.upper() for tr in umap.data
+            if isinstance(tr.meta, dict) and tr.meta.get("model") == "student" and tr.visible}
+    # chosen / rejected: blue / orange, never a red / green pair
+    assert side == {"chosen responses": plots.OKABE_ITO["blue"].upper(),
+                    "rejected responses": plots.OKABE_ITO["orange"].upper()}
+    drift = explorer.figures["drift"]
+    selected = drift_trace(drift, "selected", "source", "cka").line.color
+    naive = drift_trace(drift, "naive", "source", "cka").line.color
+    assert selected != naive and {selected, naive} <= set(plots.OKABE_ITO.values())
+    explorer.update(color_by="domain")
+
+
+def test_status_escapes_values_from_the_sweep(tmp_path):
+    """A run id (or target name) with markup in it is shown as text, never as HTML."""
+    import shutil
+
+    sweep = write_fake_sweep(tmp_path / "s", seeds=(0,), lambdas=(0.1,), layers=("last",),
+                             methods=("naive", "anchor"), projection_layers=(6,), n_pairs=20)
+    res = pd.read_parquet(sweep / "results.parquet")
+    old = str(res.loc[res["method"] == "naive", "run_id"].iloc[0])
+    evil = "naive-<script>alert(1)<script>&x"  # no "/": it is a directory name
+    shutil.move(sweep / "runs" / old, sweep / "runs" / evil)
+    res["run_id"] = res["run_id"].replace(old, evil)
+    res.to_parquet(sweep / "results.parquet")
+    ex = SweepExplorer(sweep, preload_projections=False)
+    assert ex.update(method="naive") == evil
+    assert "<script>" not in ex.status.value
+    assert "&lt;script&gt;alert(1)&lt;script&gt;&amp;x" in ex.status.value
+    assert evil in ex.status_text and "<code>" not in ex.status_text
+
+
+def test_launcher_status_escapes_error_messages(monkeypatch, tmp_path):
+    calls: list = []
+    mod = fake_experiment(calls, fail=True)
+
+    def run(cfg, out_dir):
+        raise RuntimeError("<script>alert('x')</script> & <b>bold</b>")
+
+    mod.run = run
+    monkeypatch.setitem(sys.modules, "anchorviz.experiment", mod)
+    launcher = RunLauncher({"method": {"name": "anchor"}}, out_dir=tmp_path)
+    launcher.layers_w.value = "<img src=x onerror=alert(1)>"
+    assert launcher.launch() is None
+    assert "<script>" not in launcher.status.value and "<b>bold" not in launcher.status.value
+    assert "&lt;script&gt;" in launcher.status.value
+    assert launcher.status_text == ("failed: RuntimeError: <script>alert('x')</script> & "
+                                    "<b>bold</b>")
+    # the launcher's own rows wrap as well
+    for row in launcher.widget.children[:2]:
+        assert row.layout.flex_flow == "row wrap"
 
 
 # --------------------------------------------------------------------------- launcher
