@@ -33,6 +33,15 @@ DEFAULT = ["01_failure_mode.ipynb", "02_representation_drift.ipynb", "03_anchor_
 MAX_BYTES = 3_000_000
 
 
+def _progress_widget(output) -> bool:
+    """A tqdm widget's output: a widget view whose text form is empty or a bar."""
+    data = output.get("data", {})
+    if "application/vnd.jupyter.widget-view+json" not in data:
+        return False
+    text = str(data.get("text/plain", "")).strip()
+    return not text or "%|" in text
+
+
 def execute(path: Path, timeout: int = 3600) -> float:
     nb = nbformat.read(path, as_version=4)
     for cell in nb.cells:
@@ -52,6 +61,9 @@ def execute(path: Path, timeout: int = 3600) -> float:
     from anchorviz import __version__
 
     nb.metadata.pop("widgets", None)  # widget state: not shown by GitHub, large
+    for cell in nb.cells:  # progress-bar widgets would be stored frozen at their first frame
+        if cell.cell_type == "code":
+            cell.outputs = [o for o in cell.outputs if not _progress_widget(o)]
     nb.metadata["anchorviz"] = {"executed": "full", "anchorviz_version": __version__,
                                 "date": dt.date.today().isoformat(),
                                 "seconds": round(seconds)}
