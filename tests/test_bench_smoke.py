@@ -253,3 +253,12 @@ def test_cue_effects_with_a_tiny_model(tiny_model):
     assert np.abs(fx[model.n_layers]).sum() > 0  # the marker changes the chosen side's state
     cut = cue_readability.cue_effects(model, tok, pairs, "marker", max_length=4)
     assert np.abs(cut[model.n_layers]).sum() == 0  # truncated before the marker: no effect
+
+
+def test_gold_anchor_scenario_is_the_echo_tables():
+    import gold_anchor
+
+    cfg = gold_anchor.echo_config(3)
+    assert cfg.seed == 3 and cfg.data.artifact_kind == "echo"
+    assert cfg.data.artifact_teacher_visibility == 0.5 and cfg.data.split_per_seed
+    assert (cfg.student_train.lr, cfg.student_train.epochs) == (1e-4, 4)

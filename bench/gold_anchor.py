@@ -1,0 +1,119 @@
+"""Does ANCHOR stop a strong model from taking a drift-borne shortcut when its labels are GOLD?
+
+The echo cue (`anchorviz.artifacts`, kind ``echo``) is learned by a MiniLM-L6 trained on gold
+labels with lr 1e-4 for 4 epochs (the ceiling of ``docs/results_echo_lr1e-4_4ep.md``: 97.9% on
+echo-marked source pairs, 77.5% on clean ones, OOD 73.8), but not by the weak teacher, so the
+weak-to-strong pipeline never gets to test anchoring against it. This script trains the same
+model on the same gold labels with the ANCHOR term added (lambda > 0 on the given layers; lambda
+0 is the ceiling itself) and reports accuracy on echo-marked and clean source-test pairs and on
+the targets. It does not write a run store: it is a one-off probe of the mechanism.
+
+    python bench/gold_anchor.py --seeds 0 --lambdas 0 1 10 --doc docs/results_gold_anchor.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+
+from anchorviz.experiment import _encode, _load, _seeded, data_config, prepare_data
+from anchorviz.losses import resolve_anchor_layers
+from anchorviz.metrics import per_pair_correct
+from anchorviz.reference import choose_strategy, make_reference
+from anchorviz.train import Objective, score_pairs, train_reward_model
+
+logger = logging.getLogger("gold_anchor")
+
+
+def echo_config(seed: int):
+    """The echo scenario of docs/results_echo_lr1e-4_4ep.md for one seed."""
+    from anchorviz.cli import demo_sweep
+    from anchorviz.experiment import with_overrides
+
+    base = demo_sweep().base
+    return with_overrides(base, **{"data.artifact_kind": "echo",
+                                   "data.artifact_teacher_visibility": 0.5,
+                                   "student_train.lr": 1e-4, "student_train.epochs": 4,
+                                   "seed": seed})
+
+
+def run_one(seed: int, lam: float, layers: str) -> dict:
+    cfg = echo_config(seed)
+    data = prepare_data(data_config(cfg))
+    model, tok = _load(cfg, "student")
+    train = _encode(tok, data["w2s_train"], cfg)
+    ids = resolve_anchor_layers(layers, model.n_layers) if lam > 0 else []
+    objective = Objective(anchor_lambda=lam if ids else 0.0, anchor_layers=ids,
+                          anchor_normalise="pair")
+    reference = None
+    if objective.anchored:
+        n_tok = sum(len(x) for x in train.chosen_ids) + sum(len(x) for x in train.rejected_ids)
+        strategy, _ = choose_strategy(model, "auto", n_tok, len(ids))
+        reference = make_reference(strategy, model, ids, train)
+    try:
+        train_reward_model(model, train, np.ones(len(train)), _seeded(cfg.student_train, cfg),
+                           objective=objective, reference=reference, desc=f"gold λ={lam:g}")
+    finally:
+        if reference is not None:
+            reference.close()
+    row = {"seed": seed, "lambda": lam, "layers": layers if lam > 0 else "-"}
+    ood = []
+    for split, df in data.items():
+        if split in ("teacher_train", "w2s_train"):
+            continue
+        rc, rr = score_pairs(model, _encode(tok, df, cfg))
+        correct = per_pair_correct(rc, rr)
+        if split == "source_test":
+            marked = np.array([(m or {}).get("artifact_side") is not None for m in df["meta"]])
+            row["ID"] = 100 * correct.mean()
+            row["ID marked"] = 100 * correct[marked].mean()
+            row["ID clean"] = 100 * correct[~marked].mean()
+        elif split == "val":
+            row["val (src)"] = 100 * correct.mean()
+        else:
+            row[split.split(":", 1)[1]] = 100 * correct.mean()
+            ood.append(correct)
+    row["OOD"] = 100 * np.concatenate(ood).mean()
+    return row
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seeds", nargs="+", type=int, default=[0])
+    ap.add_argument("--lambdas", nargs="+", type=float, default=[0.0, 1.0, 10.0])
+    ap.add_argument("--layers", default="last")
+    ap.add_argument("--doc", default=None, help="markdown file to write (rows are appended)")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING)
+    torch.set_num_threads(1)
+    rows = [run_one(s, lam, args.layers) for s in args.seeds for lam in args.lambdas]
+    df = pd.DataFrame(rows)
+    cols = ["seed", "lambda", "layers", "val (src)", "ID", "ID marked", "ID clean", "amazon",
+            "nyt", "tweets", "OOD"]
+    lines = [f"<!-- python {' '.join(sys.argv)} -->"]
+    for _, r in df.iterrows():
+        lines.append("| " + " | ".join(f"{r[c]:.1f}" if isinstance(r[c], float) else str(r[c])
+                                       for c in cols) + " |")
+    text = "\n".join(lines) + "\n"
+    print("| " + " | ".join(cols) + " |")
+    print(text)
+    if args.doc:
+        path = Path(args.doc)
+        if not path.exists():
+            path.write_text("Gold labels on the echo scenario (lr 1e-4, 4 epochs), with and "
+                            "without ANCHOR (`bench/gold_anchor.py`).\n\n"
+                            "| " + " | ".join(cols) + " |\n|" + "---|" * len(cols) + "\n")
+        with path.open("a") as f:
+            f.write(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
