@@ -673,10 +673,15 @@ def _build_data(cfg: DataConfig) -> dict[str, pd.DataFrame]:
         for i, (name, df) in enumerate(sorted(splits.items())):
             role = "target" if name.startswith("target_test:") else "source"
             attrs = dict(df.attrs)
-            splits[name] = apply_artifact(df, kind=cfg.artifact_kind, strength=cfg.artifact_strength,
-                                          seed=cfg.split_seed * 1000 + i, role=role,
-                                          target_mode=(cfg.artifact_target_mode if role == "target"
-                                                       else "absent"))
+            try:
+                splits[name] = apply_artifact(
+                    df, kind=cfg.artifact_kind, strength=cfg.artifact_strength,
+                    seed=cfg.split_seed * 1000 + i, role=role,
+                    target_mode=cfg.artifact_target_mode if role == "target" else "absent")
+            except ValueError as err:  # e.g. too few pairs can carry the echo cue
+                raise ConfigError(f"data.artifact_kind {cfg.artifact_kind!r} with "
+                                  f"data.artifact_strength {cfg.artifact_strength} on split {name} "
+                                  f"of {dataset_label(cfg.source)}: {err}") from err
             splits[name].attrs.update(attrs)
         if cfg.artifact_teacher_visibility < 1:
             from anchorviz.artifacts import mark_teacher_visibility

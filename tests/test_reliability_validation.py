@@ -135,3 +135,13 @@ def test_a_driver_for_remote_gpus_may_opt_out_of_the_local_device_check(tmp_path
     d["student_train"]["device"] = "tpu9"  # still not a device at all
     with pytest.raises(ConfigError, match="'tpu9' is not a device"):
         ex.config_from_dict(d)
+
+
+def test_an_artefact_the_data_cannot_carry_is_a_config_error_naming_field_split_and_file(tmp_path):
+    # the tiny pairs all open with the same word, so none can carry the echo cue
+    from anchorviz.experiment import data_config, prepare_data, with_overrides
+
+    cfg = with_overrides(tiny_config(tmp_path), **{"data.artifact_kind": "echo",
+                                                   "data.artifact_strength": 1.0})
+    with pytest.raises(ConfigError, match=r"data\.artifact_strength 1\.0 on split \w+ of .*src\.jsonl"):
+        prepare_data(data_config(cfg))
