@@ -83,6 +83,11 @@ def main(argv: list[str] | None = None) -> int:
     if os.environ.get("ANCHORVIZ_SMOKE") == "1":
         print("refusing: ANCHORVIZ_SMOKE=1 (stored notebooks show the full default)")
         return 2
+    missing = [n for n in args.notebooks if not (NOTEBOOK_DIR / n).is_file()]
+    if missing:
+        print(f"no such notebook in {NOTEBOOK_DIR.name}/: {', '.join(missing)} "
+              f"(expected names such as {DEFAULT[0]})")
+        return 2
     os.environ["ANCHORVIZ_NOTEBOOK_RENDERER"] = "png"  # read by notebooks/_smoke.py
     os.environ.setdefault("TQDM_DISABLE", "1")  # progress bars would fill the stored outputs
     for name in args.notebooks:
