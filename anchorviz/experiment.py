@@ -932,6 +932,19 @@ def _label_stats(q: np.ndarray) -> dict:
 _PROJECTORS: dict[str, Any] = {}
 
 
+def reference_capture_stored(store, cfg: RunConfig) -> bool:
+    """Whether the store holds a finished reference capture for ``cfg`` (its DONE marker names
+    this key's hash; a truncated or corrupted marker counts as not finished)."""
+    from anchorviz.store import config_hash
+
+    h = config_hash(reference_key(cfg))
+    done = store.shared_dir(f"reference-{h}") / "DONE.json"
+    try:
+        return done.is_file() and json.loads(done.read_text()).get("hash") == h
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
 def ensure_reference_capture(store, cfg: RunConfig, data) -> dict:
     """The pretrained student's captures of every eval split: computed once per (backbone,
     data), shared by every run of a sweep."""
@@ -944,11 +957,7 @@ def ensure_reference_capture(store, cfg: RunConfig, data) -> dict:
     splits = eval_splits(data)
     with store.lock(name):
         done = folder / "DONE.json"
-        try:
-            ok = done.is_file() and json.loads(done.read_text()).get("hash") == config_hash(key)
-        except (OSError, ValueError, AttributeError):  # truncated / corrupted marker: recompute
-            ok = False
-        if ok:
+        if reference_capture_stored(store, cfg):
             try:
                 return {s: load_captured(folder / f"{_fname(s)}.safetensors") for s in splits}
             except Exception as err:  # corrupted: recompute
@@ -1205,12 +1214,28 @@ def _seam_labels(store, cfg: RunConfig, data, teacher: RunResult, q: np.ndarray,
     return res.q, res.counts
 
 
+def anchor_reference(model, objective, train, cfg: RunConfig):
+    """The frozen reference ANCHOR compares ``model`` with on the ``train`` pairs, by the
+    strategy ``cfg.method.reference`` resolves to; returns ``(reference, info)`` (strategy, why,
+    set-up seconds). The caller closes the reference."""
+    from anchorviz.reference import choose_strategy, make_reference
+
+    n_tok = sum(len(x) for x in train.chosen_ids) + sum(len(x) for x in train.rejected_ids)
+    strategy, why = choose_strategy(model, cfg.method.reference, n_tok, len(objective.anchor_layers))
+    logger.info("reference strategy %s (%s)", strategy, why)
+    t_ref = time.perf_counter()
+    reference = make_reference(strategy, model, objective.anchor_layers, train,
+                               **({"device": cfg.student_train.device}
+                                  if strategy == "cached" else {}))
+    return reference, {"strategy": strategy, "reason": why,
+                       "setup_seconds": time.perf_counter() - t_ref}
+
+
 def run_student(store, cfg: RunConfig, data, kind: str = "student",
                 teacher: RunResult | None = None, ceiling: RunResult | None = None) -> RunResult:
     """Train and analyse one student (``kind="student"``) or the gold ceiling (``"ceiling"``)."""
     from anchorviz.capture import save_captured
     from anchorviz.losses import resolve_anchor_layers
-    from anchorviz.reference import choose_strategy, make_reference
 
     key = student_key(cfg, kind)
     run_id = run_id_for(key)
@@ -1249,16 +1274,7 @@ def run_student(store, cfg: RunConfig, data, kind: str = "student",
             pd.DataFrame({"pair_id": train.pair_ids, "q": q}).to_parquet(tmp / "labels.parquet")
         reference = None
         if objective.anchored:
-            n_tok = sum(len(x) for x in train.chosen_ids) + sum(len(x) for x in train.rejected_ids)
-            strategy, why = choose_strategy(model, cfg.method.reference, n_tok,
-                                            len(objective.anchor_layers))
-            logger.info("reference strategy %s (%s)", strategy, why)
-            info["reference"] = {"strategy": strategy, "reason": why}
-            t_ref = time.perf_counter()
-            reference = make_reference(strategy, model, objective.anchor_layers, train,
-                                       **({"device": cfg.student_train.device}
-                                          if strategy == "cached" else {}))
-            info["reference"]["setup_seconds"] = time.perf_counter() - t_ref
+            reference, info["reference"] = anchor_reference(model, objective, train, cfg)
         try:
             res = train_reward_model(model, train, q, _seeded(cfg.student_train, cfg), objective=objective,
                                      reference=reference, val=val, val_targets=val_q, desc=run_id)

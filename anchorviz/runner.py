@@ -113,12 +113,10 @@ def execute_node(kind: str, config: dict, out_dir: str) -> dict:
     data = prepare_data(data_config(cfg))
     computed = True
     if kind == "reference":
-        from anchorviz.experiment import reference_key
-        from anchorviz.store import config_hash
+        from anchorviz.experiment import reference_capture_stored
 
         # a capture already in the store costs nothing: it must not feed the ETA as a computed node
-        marker = store.shared_dir(f"reference-{config_hash(reference_key(cfg))}") / "DONE.json"
-        computed = not marker.is_file()
+        computed = not reference_capture_stored(store, cfg)
         ensure_reference_capture(store, cfg, data)
     else:
         teacher = ensure_teacher(store, cfg, data)

@@ -33,6 +33,7 @@ import logging
 import sys
 from pathlib import Path
 
+import common
 import numpy as np
 import pandas as pd
 from sklearn.linear_model import LogisticRegression
@@ -130,10 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     for _, r in wide.iterrows():
         lines.append(f"| {r['model']} | {r['what']} | {r['layer']} | "
                      + " | ".join(f"{r[k]:.1f}" for k in args.kinds) + " |")
-    text = "\n".join(lines) + "\n"
-    print(text)
-    if args.doc:
-        Path(args.doc).write_text(text)
+    common.emit(lines, args.doc)
     return 0
 
 

@@ -23,6 +23,7 @@ import logging
 import sys
 from pathlib import Path
 
+import common
 import numpy as np
 import pandas as pd
 
@@ -122,10 +123,7 @@ def main(argv: list[str] | None = None) -> int:
         lines.append(f"| {r['measure']} | {r['held out']} | {r['n fit']} | {trusted} | "
                      f"{_fmt(r.get('predicted'), '.1f')} | {_fmt(r.get('measured'), '.1f')} | "
                      f"{_fmt(r.get('mae'), '.1f')} | {_fmt(r.get('coverage'), '.0%')} |")
-    text = "\n".join(lines) + "\n"
-    print(text)
-    if args.doc:
-        Path(args.doc).write_text(text)
+    common.emit(lines, args.doc)
     return 0
 
 

@@ -22,10 +22,16 @@ import numpy as np
 import pandas as pd
 import torch
 
-from anchorviz.experiment import _encode, _load, _seeded, data_config, prepare_data
+from anchorviz.experiment import (
+    _encode,
+    _load,
+    _seeded,
+    anchor_reference,
+    data_config,
+    prepare_data,
+)
 from anchorviz.losses import resolve_anchor_layers
 from anchorviz.metrics import per_pair_correct
-from anchorviz.reference import choose_strategy, make_reference
 from anchorviz.train import Objective, score_pairs, train_reward_model
 
 logger = logging.getLogger("gold_anchor")
@@ -51,11 +57,7 @@ def run_one(seed: int, lam: float, layers: str) -> dict:
     ids = resolve_anchor_layers(layers, model.n_layers) if lam > 0 else []
     objective = Objective(anchor_lambda=lam if ids else 0.0, anchor_layers=ids,
                           anchor_normalise="pair")
-    reference = None
-    if objective.anchored:
-        n_tok = sum(len(x) for x in train.chosen_ids) + sum(len(x) for x in train.rejected_ids)
-        strategy, _ = choose_strategy(model, "auto", n_tok, len(ids))
-        reference = make_reference(strategy, model, ids, train)
+    reference = anchor_reference(model, objective, train, cfg)[0] if objective.anchored else None
     try:
         train_reward_model(model, train, np.ones(len(train)), _seeded(cfg.student_train, cfg),
                            objective=objective, reference=reference, desc=f"gold λ={lam:g}")
