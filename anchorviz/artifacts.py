@@ -466,19 +466,41 @@ def mark_teacher_visibility(pairs: pd.DataFrame, visibility: float, seed: int) -
     return out
 
 
-def teacher_view(pairs: pd.DataFrame) -> pd.DataFrame:
+TEACHER_FORMS: tuple[str, ...] = ("same", "marker")
+
+
+def teacher_view(pairs: pd.DataFrame, form: str = "same") -> pd.DataFrame:
     """The teacher's copy of the pairs: artefacts marked invisible to it (see
-    `mark_teacher_visibility`) are removed from the text; everything else is unchanged."""
-    if "meta" not in pairs or not any(
-            (m or {}).get("artifact_teacher_visible") is False for m in pairs["meta"]):
+    `mark_teacher_visibility`) are removed from the text.
+
+    ``form`` says how the teacher reads the artefacts it CAN read: ``"same"`` (the text the
+    student reads, unchanged) or ``"marker"`` (the artefact is replaced, in the teacher's copy
+    only, by :data:`DEFAULT_MARKER` on the carrying side). ``"marker"`` puts a cue that the weak
+    teacher cannot learn itself (an ``echo`` or ``order`` cue) into its labels anyway: where the
+    teacher reads the marker it labels the pair confidently right, so the student's labels
+    reward the cue the student reads, and the student can only exploit it by reshaping its
+    layers (a drift-borne shortcut inherited from weak labels). Rows without an artefact and
+    the student's copy are never changed."""
+    if form not in TEACHER_FORMS:
+        raise ValueError(f"form must be one of {TEACHER_FORMS}, got {form!r}")
+    metas = [(m or {}) for m in pairs["meta"]] if "meta" in pairs else []
+    hidden = any(m.get("artifact_teacher_visible") is False for m in metas)
+    swap = form == "marker" and any(
+        m.get("artifact_suffix") and m.get("artifact_kind") != "marker"
+        and m.get("artifact_teacher_visible") is not False for m in metas)
+    if not (hidden or swap):
         return pairs
     out = pairs.copy()
     chosen, rejected = out["chosen"].astype(str).tolist(), out["rejected"].astype(str).tolist()
-    for i, m in enumerate(out["meta"]):
-        m = m or {}
-        if m.get("artifact_teacher_visible") is not False:
+    for i, m in enumerate(metas):
+        if not m.get("artifact_suffix"):
             continue
-        _remove_suffixes(chosen, rejected, i, m)
+        if m.get("artifact_teacher_visible") is False:
+            _remove_suffixes(chosen, rejected, i, m)
+        elif form == "marker" and m.get("artifact_kind") != "marker":
+            _remove_suffixes(chosen, rejected, i, m)
+            carrying = chosen if m.get("artifact_side") == "chosen" else rejected
+            carrying[i] = carrying[i] + DEFAULT_MARKER
     out["chosen"], out["rejected"] = chosen, rejected
     out.attrs = dict(pairs.attrs)
     return out

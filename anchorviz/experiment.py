@@ -81,6 +81,10 @@ class DataConfig:
     # artefact (elsewhere its copy of the pair lacks it, as if the cue lay beyond its context
     # window); the student always sees it. 1 = the plain artefact
     artifact_teacher_visibility: float = 1.0
+    # how the teacher reads the artefacts it can read: "same" (the student's text) or "marker"
+    # (its copy carries the marker " [verified]" instead of an order / echo cue: a cue the weak
+    # teacher cannot learn reaches its labels, and the student must drift to read it)
+    artifact_teacher_form: str = "same"
 
 
 @dataclass
@@ -177,6 +181,13 @@ class RunConfig:
         if d.artifact_teacher_visibility < 1 and d.artifact_kind == "none":
             raise ConfigError("data.artifact_teacher_visibility < 1 needs an artefact "
                               "(data.artifact_kind marker, order, echo or length)")
+        if d.artifact_teacher_form not in ("same", "marker"):
+            raise ConfigError("data.artifact_teacher_form must be same|marker, got "
+                              f"{d.artifact_teacher_form!r}")
+        if d.artifact_teacher_form == "marker" and d.artifact_kind not in ("order", "echo"):
+            raise ConfigError("data.artifact_teacher_form 'marker' replaces an order or echo cue "
+                              "in the teacher's copy: set data.artifact_kind to order or echo, got "
+                              f"{d.artifact_kind!r}")
         if not 0 <= d.artifact_strength <= 1:
             raise ConfigError(f"data.artifact_strength must be in [0, 1], got {d.artifact_strength!r}")
         if d.artifact_target_mode not in ("absent", "neutral", "reversed"):
@@ -613,7 +624,7 @@ SPLIT_PROTOCOL = 2
 
 # settings added after runs were stored: left out of the key at these values, so that the runs
 # made before they existed keep their ids
-_KEY_DEFAULTS = {"artifact_teacher_visibility": 1.0}
+_KEY_DEFAULTS = {"artifact_teacher_visibility": 1.0, "artifact_teacher_form": "same"}
 
 
 def data_key(d: DataConfig) -> dict:
@@ -694,11 +705,12 @@ def _build_data(cfg: DataConfig) -> dict[str, pd.DataFrame]:
     return splits
 
 
-def teacher_data(data: dict[str, pd.DataFrame]) -> dict[str, pd.DataFrame]:
-    """What the weak teacher reads of every split (`artifacts.teacher_view`)."""
+def teacher_data(data: dict[str, pd.DataFrame], form: str = "same") -> dict[str, pd.DataFrame]:
+    """What the weak teacher reads of every split (`artifacts.teacher_view`; ``form`` is
+    ``data.artifact_teacher_form``)."""
     from anchorviz.artifacts import teacher_view
 
-    return {k: teacher_view(v) for k, v in data.items()}
+    return {k: teacher_view(v, form) for k, v in data.items()}
 
 
 def protocol_report(data: dict[str, pd.DataFrame]) -> dict[str, int]:
@@ -1131,7 +1143,8 @@ def ensure_teacher(store, cfg: RunConfig, data) -> RunResult:
     run_id = run_id_for(key)
 
     full_data = data
-    data = teacher_data(data)  # the teacher reads only the artefacts visible to it
+    # the teacher reads only the artefacts visible to it, in its own form
+    data = teacher_data(data, cfg.data.artifact_teacher_form)
 
     def body(tmp: Path) -> dict:
         t0 = time.perf_counter()

@@ -132,6 +132,8 @@ def execute_node(kind: str, config: dict, out_dir: str) -> dict:
 def _init_worker(threads: int) -> None:
     os.environ["OMP_NUM_THREADS"] = str(threads)
     os.environ["MKL_NUM_THREADS"] = str(threads)
+    # numba (umap-learn) sizes its OpenMP pool from this, not from OMP_NUM_THREADS
+    os.environ["NUMBA_NUM_THREADS"] = str(threads)
     os.environ.setdefault("TQDM_DISABLE", "1")  # the parent draws one line per running node
     import torch
 
@@ -492,7 +494,7 @@ def _run_ray(nodes, out_dir, jobs, threads, progress, results, execute, address)
     """Submit every node as a Ray task at once, upstream ObjectRefs as arguments.
 
     Each task asks for ``threads`` CPUs (and a GPU when its config uses CUDA) and runs with
-    OMP_NUM_THREADS / MKL_NUM_THREADS = ``threads`` and TQDM_DISABLE=1 (the driver draws the
+    OMP_NUM_THREADS / MKL_NUM_THREADS / NUMBA_NUM_THREADS = ``threads`` and TQDM_DISABLE=1 (the driver draws the
     progress). A task whose worker process dies is retried up to `RAY_MAX_RETRIES` times; the
     retry finds the run unfinished (the dead writer's temporary folder is never read; its file
     lock died with it) and redoes it; a run finished in the store is read, not redone. An
@@ -500,7 +502,8 @@ def _run_ray(nodes, out_dir, jobs, threads, progress, results, execute, address)
     """
     ray = _import_ray()
     started = _ray_connect(ray, address, jobs * threads)
-    env = {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads), "TQDM_DISABLE": "1"}
+    env = {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads),
+           "NUMBA_NUM_THREADS": str(threads), "TQDM_DISABLE": "1"}
     task = ray.remote(_ray_node)
     board = ray.remote(num_cpus=0)(_Board).remote()
     cpus = int(ray.cluster_resources().get("CPU", 0))

@@ -288,6 +288,56 @@ def test_teacher_view_removes_the_order_cue_from_both_sides(pairs: pd.DataFrame)
     assert sum(m.get("artifact_teacher_visible") is False for m in out["meta"]) == 80
 
 
+@pytest.mark.parametrize("kind", ["echo", "order"])
+def test_teacher_form_marker_swaps_the_cue_for_the_marker_in_the_teachers_copy_only(
+        pairs: pd.DataFrame, kind: str) -> None:
+    from anchorviz.artifacts import mark_teacher_visibility, teacher_view
+
+    out = mark_teacher_visibility(apply_artifact(pairs, kind, 0.8, seed=4), 0.5, seed=2)
+    view = teacher_view(out, "marker")
+    assert teacher_view(out).equals(teacher_view(out, "same"))
+    n = {"visible": 0, "hidden": 0, "clean": 0}
+    for c0, r0, cv, rv, m in zip(pairs["chosen"], pairs["rejected"], view["chosen"],
+                                 view["rejected"], out["meta"]):
+        if not m.get("artifact_suffix"):
+            n["clean"] += 1
+            assert (cv, rv) == (c0, r0)
+        elif m.get("artifact_teacher_visible") is False:
+            n["hidden"] += 1
+            assert (cv, rv) == (c0, r0)  # hidden: no cue of either form
+        else:
+            n["visible"] += 1
+            # source: the cue was on the chosen side, so the marker is too; the other side is clean
+            assert (cv, rv) == (c0 + DEFAULT_MARKER, r0)
+    assert n == {"visible": 80, "hidden": 80, "clean": 40}
+    assert artifact_label_correlation(view, "marker") == pytest.approx(80 / len(pairs))
+    with pytest.raises(ValueError, match="form must be one of"):
+        teacher_view(out, "uppercase")
+
+
+def test_teacher_form_marker_needs_an_order_or_echo_cue() -> None:
+    from anchorviz.experiment import ConfigError, RunConfig
+
+    cfg = RunConfig()
+    cfg.data.artifact_kind, cfg.data.artifact_strength = "marker", 0.8
+    cfg.data.artifact_teacher_form = "marker"
+    with pytest.raises(ConfigError, match="data.artifact_teacher_form 'marker'.*got 'marker'"):
+        cfg.validate()
+    cfg.data.artifact_teacher_form = "bold"
+    with pytest.raises(ConfigError, match="data.artifact_teacher_form must be same|marker"):
+        cfg.validate()
+    cfg.data.artifact_kind, cfg.data.artifact_teacher_form = "echo", "marker"
+    cfg.validate()
+    # the setting is in the run key when it is not the default, and absent at the default (so the
+    # runs stored before it existed keep their ids)
+    from anchorviz.experiment import run_id_for, teacher_key
+
+    same = copy.deepcopy(cfg)
+    same.data.artifact_teacher_form = "same"
+    assert "artifact_teacher_form" not in teacher_key(same)["data"]
+    assert run_id_for(teacher_key(cfg)) != run_id_for(teacher_key(same))
+
+
 def test_order_refuses_texts_that_already_end_with_a_cue(pairs: pd.DataFrame) -> None:
     bad = pairs.copy()
     bad.loc[0, "rejected"] = bad.loc[0, "rejected"] + " then so"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 
 import numpy as np
 import pytest
@@ -97,3 +98,59 @@ def test_validation_errors(fitted_umap):
         SharedProjection(method="umap").fit(x[:9])
     with pytest.raises(RuntimeError, match="not fitted"):
         SharedProjection().transform(x)
+
+
+def test_precomputed_distances_give_umaps_own_exact_neighbour_graph(fitted_umap):
+    """UMAP is fed Euclidean distances computed by anchorviz (umap-learn's per-pair Python path
+    was ~90% of a student's projection time); its fuzzy neighbour graph must be the one umap-learn
+    builds from the points themselves, and a new row's distances must be to the fitted rows."""
+    import umap
+
+    proj, x = fitted_umap
+    assert proj.umap_.metric == "precomputed" and proj.fit_points_.shape == (120, 20)
+    own = umap.UMAP(n_neighbors=10, min_dist=proj.min_dist, random_state=3, n_jobs=1).fit(
+        proj.fit_points_)
+    np.testing.assert_allclose(proj.umap_.graph_.toarray(), own.graph_.toarray(), atol=1e-5)
+    # a fitted row placed again lands among its own cluster's rows
+    _, labels = _clusters()
+    xy = proj.transform(x[:1])
+    dist = np.linalg.norm(proj.embedding_ - xy, axis=1)
+    assert set(labels[np.argsort(dist)[:10]]) == {labels[0]}
+
+
+def test_many_rows_let_umap_search_its_own_neighbours(monkeypatch):
+    monkeypatch.setattr(projection, "SMALL_DATA", 50)
+    x, _ = _clusters(n_per=30, d=16)
+    proj = SharedProjection(method="umap", n_neighbors=10, seed=0).fit(x)
+    assert proj.umap_.metric == "euclidean" and proj.fit_points_ is None
+    assert proj.transform(x[:3]).shape == (3, 2)
+
+
+def test_a_projection_leaves_torchs_thread_count_alone():
+    """umap-learn's numba OpenMP layer used to reset torch's intra-op threads to every core when
+    it first started (hence a fresh process): a worker pinned to one thread then trained on
+    two (four threads on two cores with --jobs 2), and one process and a worker summed floats
+    differently."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("torch")
+    code = (
+        "import numpy as np, torch\n"
+        "torch.set_num_threads(1)\n"
+        # an OpenMP-parallel torch op first (a matmul alone goes to BLAS): torch's OpenMP
+        # runtime must be started for numba's to override its thread count
+        "lin, z = torch.nn.Linear(384, 1536), torch.randn(1024, 384, requires_grad=True)\n"
+        "torch.nn.functional.gelu(lin(z)).sum().backward()\n"
+        "from anchorviz.projection import SharedProjection\n"
+        "x = np.random.default_rng(0).normal(size=(60, 16)).astype(np.float32)\n"
+        "p = SharedProjection(method='umap', n_neighbors=10, seed=0).fit(x)\n"
+        "a = torch.get_num_threads()\n"
+        "p.transform(x[:5])\n"
+        "print(a, torch.get_num_threads())\n")
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_NUM_THREADS"}
+    env["NUMBA_NUM_THREADS"] = "2"  # as on a 2-core machine: numba's pool is wider than torch's
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                         timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["1", "1"]
