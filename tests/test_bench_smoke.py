@@ -262,3 +262,25 @@ def test_gold_anchor_scenario_is_the_echo_tables():
     assert cfg.seed == 3 and cfg.data.artifact_kind == "echo"
     assert cfg.data.artifact_teacher_visibility == 0.5 and cfg.data.split_per_seed
     assert (cfg.student_train.lr, cfg.student_train.epochs) == (1e-4, 4)
+
+
+def test_cue_reliance_scores_a_marker_reading_teacher_on_its_own_form():
+    import cue_reliance
+
+    from anchorviz.artifacts import DEFAULT_MARKER, apply_artifact
+
+    pairs = toy_pairs(40)
+    pairs["chosen"] = [f"alpha {t}" for t in pairs["chosen"]]  # sides open with other words
+    pairs["rejected"] = [f"beta {t}" for t in pairs["rejected"]]
+    neutral = apply_artifact(pairs, "echo", 0.5, seed=0, role="target", target_mode="neutral")
+    versions = {"neutral": {"target_test:t": neutral}}
+    assert cue_reliance.teacher_versions(versions, "same") is versions
+    seen = cue_reliance.teacher_versions(versions, "marker")["neutral"]["target_test:t"]
+    sides = cue_reliance._marked_side(neutral)
+    assert sorted(set(sides)) == [-1, 0, 1] and (sides != 0).sum() == 20
+    for s, c0, r0, c, r in zip(sides, pairs["chosen"], pairs["rejected"], seen["chosen"],
+                               seen["rejected"]):
+        # the marker sits where the echo cue was, and no echo remains
+        assert (c, r) == ((c0 + DEFAULT_MARKER, r0) if s == 1 else
+                          (c0, r0 + DEFAULT_MARKER) if s == -1 else (c0, r0))
+    assert (cue_reliance._marked_side(seen) == sides).all()
