@@ -9,9 +9,10 @@ Every dataset, whatever its source format, is turned into one pair table (a
                                      "val": 300, "source_test": 1000}, seed=0)
 
 Where the data comes from
-    * a **manifest name** (``data/manifests/<name>.yaml``, see :func:`list_datasets`): the hub
-      id, config, splits, adapter and column map of a named dataset (Anthropic HH-RLHF,
-      HelpSteer3, UltraFeedback, PKU-SafeRLHF, RAIL-HH-10K, the ``realdata-*`` files, VADER);
+    * a **manifest name** (``anchorviz/manifests/<name>.yaml``, package data, see
+      :func:`list_datasets`): the hub id, config, splits, adapter and column map of a named
+      dataset (Anthropic HH-RLHF, HelpSteer3, UltraFeedback, PKU-SafeRLHF, RAIL-HH-10K, the
+      ``realdata-*`` files, VADER);
       ``path=`` reads a local copy in the hub's row format instead of the hub;
     * a **local file or directory** (``.jsonl``, ``.json``, ``.parquet``, ``.csv``, ``.tsv``,
       optionally gzipped): generic prompt / chosen / rejected columns (renamed with
@@ -83,7 +84,9 @@ PAIR_COLUMNS: list[str] = [
     "meta",
 ]
 
-MANIFEST_DIR: Path = REPO_ROOT / "data" / "manifests"
+#: the named datasets' manifests: package data (``anchorviz/manifests/*.yaml``), so that a wheel
+#: install finds them as well as an editable one
+MANIFEST_DIR: Path = Path(__file__).resolve().parent / "manifests"
 CATEGORIES: tuple[str, ...] = ("helpful", "harmless", "sentiment")
 PROTOCOL_SPLITS: tuple[str, ...] = ("teacher_train", "w2s_train", "val", "source_test")
 
@@ -914,8 +917,15 @@ def _read_manifest(path: Path) -> dict[str, Any]:
     return m
 
 
+_WARNED_NO_MANIFESTS: list[bool] = []
+
+
 def _manifests() -> dict[str, dict[str, Any]]:
-    if not MANIFEST_DIR.is_dir():
+    if not MANIFEST_DIR.is_dir():  # an install without its package data: say so, once
+        if not _WARNED_NO_MANIFESTS:
+            _WARNED_NO_MANIFESTS.append(True)
+            logger.warning("no dataset manifests at %s: the named datasets are unknown "
+                           "(an install without anchorviz's package data?)", MANIFEST_DIR)
         return {}
     return {p.stem: _read_manifest(p) for p in sorted(MANIFEST_DIR.glob("*.yaml"))}
 

@@ -2,7 +2,7 @@
 
 The real-data extracts are not part of the repository: ``anchorviz.paths.realdata_dir()``
 finds them in ``$ANCHORVIZ_REALDATA`` or a ``shared/realdata`` folder beside the checkout
-(``data/manifests/realdata-*.yaml`` describe each file).
+(``anchorviz/manifests/realdata-*.yaml`` describe each file).
 
 Harmless: PKU-SafeRLHF -> HH harmless and the reverse; Helpful: UltraFeedback -> PandaLM and
 the reverse. Teacher minilm-l3, student minilm-l6, naive and ANCHOR (lambda grid, last layer),
