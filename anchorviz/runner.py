@@ -26,6 +26,7 @@ from __future__ import annotations
 import logging
 import multiprocessing
 import os
+import signal
 import socket
 import time
 from collections.abc import Callable, Iterable
@@ -129,7 +130,25 @@ def execute_node(kind: str, config: dict, out_dir: str) -> dict:
     return {"kind": kind, "computed": computed, "seconds": time.perf_counter() - t0}
 
 
+class WorkerInterrupted(SystemExit):
+    """Ctrl-C in a worker process. A SystemExit, unlike KeyboardInterrupt, ends an idle worker
+    without a traceback; inside a node it marks the half-done run as interrupted (the store
+    keeps it as unfinished, so the next sweep redoes it) and goes back to the driver, which is
+    stopping anyway."""
+
+    def __str__(self) -> str:
+        return "interrupted (Ctrl-C / SIGINT)"
+
+
+def _quiet_exit(signum, frame) -> None:  # noqa: ARG001 - a signal handler's signature
+    raise WorkerInterrupted(128 + signum)
+
+
 def _init_worker(threads: int) -> None:
+    # Ctrl-C reaches the whole process group: the driver reports it once and keeps the finished
+    # runs; a worker stops at once without a traceback of its own (its half-written run is a
+    # temporary folder that the store never reads and the next sweep removes)
+    signal.signal(signal.SIGINT, _quiet_exit)
     os.environ["OMP_NUM_THREADS"] = str(threads)
     os.environ["MKL_NUM_THREADS"] = str(threads)
     # numba (umap-learn) sizes its OpenMP pool from this, not from OMP_NUM_THREADS

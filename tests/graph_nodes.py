@@ -51,3 +51,12 @@ def kill_first_student_mid_run(kind: str, config: dict, out_dir: str) -> dict:
         return execute_node(kind, config, out_dir)
     finally:
         ex.train_reward_model = real
+
+
+def sleep_long(kind: str, config: dict, out_dir: str) -> dict:
+    """A teacher takes a minute, any other node returns at once (for interrupting a sweep while
+    some workers are busy and one is idle)."""
+    (Path(out_dir) / f"started-{kind}-{os.getpid()}").write_text(kind)
+    if kind == "teacher":
+        time.sleep(60)
+    return {"kind": kind, "computed": True, "seconds": 60.0 if kind == "teacher" else 0.0}

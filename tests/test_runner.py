@@ -123,3 +123,46 @@ def test_a_reference_capture_read_from_the_store_reports_not_computed(tmp_path):
     first = execute_node("reference", asdict(cfg), store)
     again = execute_node("reference", asdict(cfg), store)
     assert first["computed"] is True and again["computed"] is False
+
+
+def test_ctrl_c_stops_the_workers_at_once_without_their_tracebacks(tmp_path):
+    """Ctrl-C reaches the whole process group: the driver reports it, the busy workers stop at
+    once (not after their node) and neither they nor the idle one (its node done) print a
+    traceback."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    here = Path(__file__).resolve().parent
+    script = tmp_path / "sweep.py"
+    script.write_text(
+        "import sys\n"
+        "from graph_nodes import sleep_long\n"
+        "from anchorviz.runner import Node, run_graph\n"
+        "if __name__ == '__main__':\n"
+        "    nodes = [Node('a', 'teacher', {}), Node('b', 'teacher', {}),\n"
+        "             Node('r', 'reference', {})]\n"
+        "    try:\n"
+        f"        run_graph(nodes, {str(tmp_path)!r}, jobs=3, progress=False, execute=sleep_long)\n"
+        "    except KeyboardInterrupt:\n"
+        "        print('driver interrupted', flush=True)\n"
+        "        sys.exit(130)\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(here), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.Popen([sys.executable, str(script)], cwd=tmp_path, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    deadline = time.time() + 300  # bounds a hang; worker start-up is slow on a loaded machine
+    while len(list(tmp_path.glob("started-*"))) < 3 and time.time() < deadline:
+        time.sleep(0.2)
+    assert len(list(tmp_path.glob("started-*"))) == 3, "the workers never started their nodes"
+    time.sleep(2)  # the reference node's worker is back waiting for work
+    t0 = time.time()
+    os.killpg(proc.pid, signal.SIGINT)  # as a terminal's Ctrl-C does
+    out, err = proc.communicate(timeout=300)
+    assert time.time() - t0 < 45  # not the nodes' 60 s: the workers stopped at once
+    assert proc.returncode == 130 and "driver interrupted" in out
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err[-3000:]
+    assert "leaked" not in err, err[-3000:]
