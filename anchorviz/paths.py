@@ -1,13 +1,30 @@
 """Where anchorviz keeps things it downloads or converts (never inside the git tree); the one
 sanitiser for names that become file names (`safe_component`); folder permissions that follow
-the umask (`apply_umask`); content fingerprints of local inputs for run keys (`fingerprint`)."""
+the umask (`apply_umask`); content fingerprints of local inputs for run keys (`fingerprint`);
+the one file hash (`file_sha256`) and the one atomic file write (`write_atomic`)."""
 
 from __future__ import annotations
 
 import hashlib
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
+
+__all__ = [
+    "FULL_HASH_BELOW",
+    "REPO_ROOT",
+    "apply_umask",
+    "bars_off",
+    "cache_dir",
+    "cache_subdir",
+    "file_sha256",
+    "fingerprint",
+    "full_fingerprints",
+    "realdata_dir",
+    "safe_component",
+    "write_atomic",
+]
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -76,6 +93,35 @@ def apply_umask(path: Path, mode: int = 0o777) -> None:
     os.chmod(path, mode & ~mask)
 
 
+# --------------------------------------------------------------------------- hashes, writes
+
+
+def file_sha256(path: str | os.PathLike[str], chunk: int = 1 << 20) -> str:
+    """Hex sha256 of a file's bytes, read in ``chunk``-sized blocks: the one file hash (run
+    manifests, pinned downloads, fingerprints)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(chunk), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def write_atomic(path: str | os.PathLike[str], write: Callable[[Path], object]) -> Path:
+    """Write the file ``path`` whole or not at all: ``write(tmp)`` fills a temporary file beside
+    it (``.<name>.<pid>.tmp``: the same folder, so the same file system, and one per process),
+    which then replaces ``path`` in one rename. A reader sees the old file or the new one, never
+    a half-written one; on an error the temporary is removed and ``path`` is left as it was."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return path
+
+
 # --------------------------------------------------------------------------- fingerprints
 
 #: files up to this size are hashed whole even in the cheap form (no mtime in the fingerprint)
@@ -96,18 +142,16 @@ def _file_fingerprint(path: Path, full: bool) -> str:
     hit = _FP_MEMO.get(memo_key)
     if hit is not None:
         return hit
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        if full or st.st_size <= FULL_HASH_BELOW:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                h.update(block)
-            out = f"sha256:{h.hexdigest()}"
-        else:  # size + mtime + evenly spaced blocks (first and last included)
-            step = (st.st_size - _SAMPLE_BLOCK) / (_SAMPLES - 1)
+    if full or st.st_size <= FULL_HASH_BELOW:
+        out = f"sha256:{file_sha256(path)}"
+    else:  # size + mtime + evenly spaced blocks (first and last included)
+        h = hashlib.sha256()
+        step = (st.st_size - _SAMPLE_BLOCK) / (_SAMPLES - 1)
+        with open(path, "rb") as f:
             for i in range(_SAMPLES):
                 f.seek(int(i * step))
                 h.update(f.read(_SAMPLE_BLOCK))
-            out = f"sampled:{st.st_size}:{st.st_mtime_ns}:{h.hexdigest()}"
+        out = f"sampled:{st.st_size}:{st.st_mtime_ns}:{h.hexdigest()}"
     _FP_MEMO[memo_key] = out
     return out
 

@@ -19,6 +19,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from anchorviz.paths import write_atomic
+
 logger = logging.getLogger(__name__)
 
 #: fewer test pairs per split than this makes a smoke run: one run's 95% interval is then wider
@@ -619,7 +621,5 @@ trained on.</p>
 {_table_html(results)}
 {chr(10).join(parts)}
 </body></html>"""
-    tmp = path.with_suffix(".html.tmp")
-    tmp.write_text(doc, encoding="utf-8")
-    tmp.replace(path)
+    write_atomic(path, lambda tmp: tmp.write_text(doc, encoding="utf-8"))
     return path

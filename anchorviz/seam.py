@@ -47,6 +47,8 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
+from anchorviz.paths import file_sha256, write_atomic
+
 logger = logging.getLogger(__name__)
 
 __all__ = [
@@ -366,7 +368,7 @@ def _load_generator(generator_dir: str, device: str, dtype: torch.dtype | None):
 
 def _generator_identity(generator_dir: str) -> str:
     cfg = Path(generator_dir) / "config.json"
-    digest = hashlib.sha256(cfg.read_bytes()).hexdigest()[:16] if cfg.is_file() else "?"
+    digest = file_sha256(cfg)[:16] if cfg.is_file() else "?"
     return f"{Path(generator_dir).resolve()}#{digest}"
 
 
@@ -467,9 +469,7 @@ def build_trees(pairs: pd.DataFrame, generator_dir: str | os.PathLike[str], *,
 
 def _write_json_atomic(path: Path, obj: Any) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(obj))
-    tmp.replace(path)
+    write_atomic(path, lambda tmp: tmp.write_text(json.dumps(obj)))
 
 
 # ----------------------------------------------------------------------------- selection

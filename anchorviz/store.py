@@ -27,6 +27,8 @@ from typing import Any
 import yaml
 from filelock import FileLock
 
+from anchorviz.paths import file_sha256
+
 logger = logging.getLogger(__name__)
 
 MANIFEST = "MANIFEST.json"
@@ -54,14 +56,6 @@ def canonical_json(obj: Any) -> str:
 def config_hash(obj: Any, length: int = 12) -> str:
     """sha256 of the canonical JSON of a config (dicts, lists, numbers, strings)."""
     return hashlib.sha256(canonical_json(obj).encode()).hexdigest()[:length]
-
-
-def file_sha256(path: Path, chunk: int = 1 << 20) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(chunk), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def write_json(path: Path, obj: Any) -> None:

@@ -41,7 +41,7 @@ import numpy as np
 import pandas as pd
 
 from anchorviz.data import PAIR_COLUMNS  # the one schema (data.py imports us lazily)
-from anchorviz.paths import cache_subdir
+from anchorviz.paths import cache_subdir, file_sha256, write_atomic
 
 logger = logging.getLogger(__name__)
 
@@ -194,17 +194,8 @@ def _download(url: str, dest: Path) -> str:
     return h.hexdigest()
 
 
-def sha256_file(path: Path) -> str:
-    """Hex sha256 of a file."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def _check_sha(path: Path) -> None:
-    digest = sha256_file(path)
+    digest = file_sha256(path)
     if digest != VADER_SDIST_SHA256:
         raise VaderDataError(
             f"{path} has sha256 {digest}, expected {VADER_SDIST_SHA256} "
@@ -537,9 +528,7 @@ def build_vader_tables(force: bool = False) -> Path:
         reports: dict[str, Any] = {}
         for dom in VADER_DOMAINS:
             df, rep = parse_domain(dom, raw)
-            tmp = out / f".{dom}.parquet.tmp"
-            df.to_parquet(tmp, index=False)
-            os.replace(tmp, out / f"{dom}.parquet")
+            write_atomic(out / f"{dom}.parquet", lambda tmp, df=df: df.to_parquet(tmp, index=False))
             reports[dom] = asdict(rep) | {"unparseable_lines": rep.unparseable_lines}
             _log_report(dom, reports[dom])
         meta = {
@@ -548,9 +537,8 @@ def build_vader_tables(force: bool = False) -> Path:
             "parser_version": _PARSER_VERSION,
             "domains": reports,
         }
-        tmp = out / ".report.json.tmp"
-        tmp.write_text(json.dumps(meta, indent=1, ensure_ascii=False), encoding="utf-8")
-        os.replace(tmp, _report_path())
+        write_atomic(_report_path(), lambda tmp: tmp.write_text(
+            json.dumps(meta, indent=1, ensure_ascii=False), encoding="utf-8"))
     return out
 
 

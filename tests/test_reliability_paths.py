@@ -75,3 +75,22 @@ def test_run_folders_follow_the_umask(tmp_path, umask, want):
     finally:
         os.umask(old)
     assert stat.S_IMODE(final.stat().st_mode) == want
+
+
+def test_write_atomic_replaces_whole_or_leaves_the_old_file(tmp_path):
+    from anchorviz.paths import file_sha256, write_atomic
+
+    target = tmp_path / "table.csv"
+    write_atomic(target, lambda tmp: tmp.write_text("old\n"))
+    assert target.read_text() == "old\n"
+
+    def half_then_fail(tmp: Path) -> None:
+        tmp.write_text("half")
+        raise OSError("disk full")
+
+    with pytest.raises(OSError, match="disk full"):
+        write_atomic(target, half_then_fail)
+    assert target.read_text() == "old\n" and sorted(p.name for p in tmp_path.iterdir()) == ["table.csv"]
+    import hashlib
+
+    assert file_sha256(target, chunk=2) == hashlib.sha256(b"old\n").hexdigest()

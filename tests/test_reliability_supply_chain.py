@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from anchorviz import vader
+from anchorviz.paths import file_sha256
 from anchorviz.vader import VADER_SDIST_NAME, VADER_SDIST_SHA256, VaderDataError, ensure_vader_sdist
 
 
@@ -118,7 +119,7 @@ def genuine_sdist(tmp_path_factory) -> Path:
     """The real vaderSentiment 3.3.2 sdist: from the cache when it is there, else downloaded from
     the package index into a temporary cache (the same verified path users take)."""
     cached = vader.vader_cache_dir() / VADER_SDIST_NAME
-    if cached.is_file() and vader.sha256_file(cached) == VADER_SDIST_SHA256:
+    if cached.is_file() and file_sha256(cached) == VADER_SDIST_SHA256:
         return cached
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("ANCHORVIZ_CACHE", str(tmp_path_factory.mktemp("genuine-cache")))
@@ -134,7 +135,7 @@ def test_the_genuine_sdist_is_downloaded_verified_and_cached(tmp_path, genuine_s
     index(genuine_sdist, json_hash=VADER_SDIST_SHA256 if as_json else None)
     got = ensure_vader_sdist(download=True)
     assert got == vader.vader_cache_dir() / VADER_SDIST_NAME
-    assert vader.sha256_file(got) == VADER_SDIST_SHA256
+    assert file_sha256(got) == VADER_SDIST_SHA256
 
 
 def test_no_pip_and_no_subprocess_in_the_download_path():
