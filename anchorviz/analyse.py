@@ -558,11 +558,10 @@ def analyse(model: str, reference: str, source: Any, targets: list | tuple = (),
     Datasets are anything a run config takes (names, files, ``{path, name, column_map}``;
     ``NAME=PATH`` names a file). Writes a run folder under ``out`` (see the module
     docstring) and ``out/ood_risk.csv``; returns an `AnalyseResult`."""
-    from anchorviz.capture import save_captured
+    from anchorviz.capture import resolve_capture_layers, save_captured
     from anchorviz.experiment import (
         _bootstrap_groups,
         _drift,
-        _layers_for_capture,
         _run_guarded,
         normalise_dataset_entry,
         results_table,
@@ -590,7 +589,7 @@ def analyse(model: str, reference: str, source: Any, targets: list | tuple = (),
                                use_chat_template=use_chat_template) for s, df in data.items()}
     verification = verify_checkpoint(ckpt, encoded["source_test"])
     _check_same_tokens(tok, reference, data, trust_remote_code)
-    capture_layers = _layers_for_capture(ckpt.model, layers)
+    capture_layers = resolve_capture_layers(ckpt.model, layers)
 
     norm = normalise_dataset_entry
     key = {

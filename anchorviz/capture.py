@@ -27,6 +27,7 @@ import torch
 from safetensors.numpy import load_file, save_file
 from tqdm.auto import tqdm
 
+from anchorviz.losses import parse_layer_spec, resolve_anchor_layers
 from anchorviz.models import RewardModel, pool_states
 from anchorviz.paths import bars_off
 from anchorviz.tokenization import EncodedPairs
@@ -70,6 +71,15 @@ class Captured:
         if kind not in ("mean", "head"):
             raise CaptureError(f"kind must be 'mean' or 'head', got {kind!r}")
         return (self.mean if kind == "mean" else self.head)[layer]
+
+
+def resolve_capture_layers(model: RewardModel, spec: str) -> list[int] | str:
+    """The ``layers`` argument of `capture_states` for a config's ``capture.layers``: ``"all"``
+    stays ``"all"`` (every hidden state, the embeddings included, unlike the anchor's
+    ``"all"``); ``"last"``, ``"middle"`` and ``"3,5"`` resolve as the anchor's layers do."""
+    if spec == "all":
+        return "all"
+    return resolve_anchor_layers(parse_layer_spec(spec), model.n_layers)
 
 
 @torch.no_grad()

@@ -35,6 +35,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from anchorviz.losses import is_layer_spec
 from anchorviz.metrics import pairwise_accuracy
 from anchorviz.train import Objective, TrainConfig, score_pairs, train_reward_model
 
@@ -163,8 +164,7 @@ class RunConfig:
             logger.warning("method anchor with anchor_lambda 0 trains exactly like naive")
         if not m.label_temperature > 0:
             raise ConfigError(f"method.label_temperature must be > 0, got {m.label_temperature!r}")
-        if not (isinstance(m.anchor_layers, str) and (m.anchor_layers in ("last", "middle", "all")
-                                                      or re.fullmatch(r" *\d+ *(, *\d+ *)*", m.anchor_layers))):
+        if not is_layer_spec(m.anchor_layers):
             raise ConfigError("method.anchor_layers must be 'last', 'middle', 'all' or comma-separated "
                               f"layer indices >= 0 such as '3,5', got {m.anchor_layers!r}")
         if m.anchor_normalise not in ("pair", "token"):
@@ -240,7 +240,7 @@ class RunConfig:
         _check_int(c.token_sample, "capture.token_sample", 0, "(0 = no token sample)")
         _check_int(c.projection_fit_rows, "capture.projection_fit_rows", 2, "rows")
         _check_int(c.n_boot, "capture.n_boot", 1, "bootstrap resamples")
-        if not (isinstance(c.layers, str) and _LAYER_SPEC.fullmatch(c.layers)):
+        if not is_layer_spec(c.layers):
             raise ConfigError("capture.layers must be 'all', 'last', 'middle' or comma-separated "
                               f"layer indices >= 0 such as '0,3,6', got {c.layers!r}")
         if self.models.pooling not in POOLINGS:
@@ -273,7 +273,6 @@ class RunConfig:
             names[short] = t
 
 
-_LAYER_SPEC = re.compile(r"last|middle|all| *\d+ *(, *\d+ *)*")
 _HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*")
 
 
@@ -835,27 +834,18 @@ def run_id_for(key: dict) -> str:
     return f"{label}-{config_hash(key)}"
 
 
-def _layers_for_capture(model, spec: str) -> list[int] | str:
-    if spec == "all":
-        return "all"
-    from anchorviz.losses import resolve_anchor_layers
-
-    return resolve_anchor_layers(spec if spec in ("last", "middle") else
-                                 [int(x) for x in spec.split(",")], model.n_layers)
-
-
 def evaluate_model(model, tok, data, cfg: RunConfig, capture: bool):
     """Score every eval split (and capture its states when asked) in one pass per split.
 
     Returns ``(scores DataFrame, {split: Captured})``."""
-    from anchorviz.capture import capture_states
+    from anchorviz.capture import capture_states, resolve_capture_layers
 
     rows, caps = [], {}
     dev = cfg.student_train.device
     for split in eval_splits(data):
         enc = _encode(tok, data[split], cfg)
         if capture:
-            cap = capture_states(model, enc, layers=_layers_for_capture(model, cfg.capture.layers),
+            cap = capture_states(model, enc, layers=resolve_capture_layers(model, cfg.capture.layers),
                                  batch_size=cfg.capture.batch_size, device=dev,
                                  token_sample=cfg.capture.token_sample, seed=cfg.seed,
                                  desc=f"capture {split}")
@@ -977,10 +967,10 @@ def ensure_reference_capture(store, cfg: RunConfig, data) -> dict:
         model, tok = _load(cfg, "student")
         caps = {}
         for s in splits:
-            from anchorviz.capture import capture_states
+            from anchorviz.capture import capture_states, resolve_capture_layers
 
             enc = _encode(tok, data[s], cfg)
-            caps[s] = capture_states(model, enc, layers=_layers_for_capture(model, cfg.capture.layers),
+            caps[s] = capture_states(model, enc, layers=resolve_capture_layers(model, cfg.capture.layers),
                                      batch_size=cfg.capture.batch_size,
                                      device=cfg.student_train.device, desc=f"reference {s}")
             save_captured(folder / f"{_fname(s)}.safetensors", caps[s])
@@ -1248,7 +1238,7 @@ def run_student(store, cfg: RunConfig, data, kind: str = "student",
                 teacher: RunResult | None = None, ceiling: RunResult | None = None) -> RunResult:
     """Train and analyse one student (``kind="student"``) or the gold ceiling (``"ceiling"``)."""
     from anchorviz.capture import save_captured
-    from anchorviz.losses import resolve_anchor_layers
+    from anchorviz.losses import parse_layer_spec, resolve_anchor_layers
 
     key = student_key(cfg, kind)
     run_id = run_id_for(key)
@@ -1274,9 +1264,8 @@ def run_student(store, cfg: RunConfig, data, kind: str = "student",
             method = cfg.method.name
             layers = []
             if method == "anchor":
-                layers = resolve_anchor_layers(
-                    cfg.method.anchor_layers if cfg.method.anchor_layers in ("last", "middle", "all")
-                    else [int(x) for x in cfg.method.anchor_layers.split(",")], model.n_layers)
+                layers = resolve_anchor_layers(parse_layer_spec(cfg.method.anchor_layers),
+                                               model.n_layers)
             objective = Objective(kind="confidence" if method == "confidence" else "bt",
                                   aux_coef=cfg.method.aux_coef,
                                   aux_warmup_frac=cfg.method.aux_warmup_frac,
@@ -1470,6 +1459,7 @@ def results_table(out_dir: str | Path) -> pd.DataFrame:
     out, logged, and listed in ``df.attrs["unreadable"]`` (``{run id: why}``). Runs of
     different base configs in one folder (another lr, split size, model ...) get ``cfg.<key>``
     columns holding the settings that tell them apart (`base_config_columns`)."""
+    from anchorviz.paths import write_atomic
     from anchorviz.store import RunStore, read_yaml
 
     store = RunStore(out_dir)
@@ -1498,12 +1488,8 @@ def results_table(out_dir: str | Path) -> pd.DataFrame:
                 df[col] = values
             sort = sorted(extra) + sort
         df = df.sort_values(sort).reset_index(drop=True)
-        tmp = Path(out_dir) / f".results.parquet.{os.getpid()}.tmp"
-        df.to_parquet(tmp)
-        tmp.replace(Path(out_dir) / "results.parquet")
-        tmp = Path(out_dir) / f".results.csv.{os.getpid()}.tmp"
-        df.to_csv(tmp, index=False)
-        tmp.replace(Path(out_dir) / "results.csv")
+        write_atomic(Path(out_dir) / "results.parquet", df.to_parquet)
+        write_atomic(Path(out_dir) / "results.csv", lambda tmp: df.to_csv(tmp, index=False))
     else:  # a table left by an earlier call must not outlive the runs it listed
         for name in ("results.parquet", "results.csv"):
             (Path(out_dir) / name).unlink(missing_ok=True)

@@ -499,3 +499,12 @@ def test_check_finite_loss_catches_inf_and_truncates_ids():
     ids = [f"p{i}" for i in range(100)]
     with pytest.raises(NonFiniteLossError, match=r"\+36 more"):
         check_finite_loss({"total": torch.tensor(float("inf"))}, step=0, batch_ids=ids)
+
+
+def test_layer_specs_as_configs_write_them():
+    from anchorviz.losses import is_layer_spec, parse_layer_spec
+
+    assert all(is_layer_spec(s) for s in ("last", "middle", "all", "3", "3,5", " 0 , 6 "))
+    assert not any(is_layer_spec(s) for s in ("", "first", "Last", "3,x", "-1", "3,", None, [3]))
+    assert parse_layer_spec("middle") == "middle" and parse_layer_spec(" 5 ,3") == [5, 3]
+    assert resolve_anchor_layers(parse_layer_spec("5,3"), 6) == [3, 5]
