@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import logging
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -28,9 +29,9 @@ from safetensors.numpy import load_file, save_file
 from tqdm.auto import tqdm
 
 from anchorviz.losses import parse_layer_spec, resolve_anchor_layers
-from anchorviz.models import RewardModel, pool_states
+from anchorviz.models import RewardModel, eval_mode, pool_states
 from anchorviz.paths import bars_off
-from anchorviz.tokenization import EncodedPairs
+from anchorviz.tokenization import EncodedPairs, length_batches
 
 logger = logging.getLogger(__name__)
 
@@ -120,57 +121,50 @@ def capture_states(
     tok_rows: list[np.ndarray] = []
 
     bb = model.backbone
-    ctx = bb.disable_adapter() if (not adapters and hasattr(bb, "disable_adapter")) else _null()
+    ctx = bb.disable_adapter() if (not adapters and hasattr(bb, "disable_adapter")) else nullcontext()
     if not adapters and not hasattr(bb, "disable_adapter"):
         raise CaptureError("adapters=False needs a LoRA (PEFT) model")
-    was_training = model.training
-    model.eval()
     model.to(device)
-    order = np.argsort(encoded.lengths(), kind="stable")
     from anchorviz.train import joint_batch
 
-    try:
-        with ctx:
-            for start in tqdm(range(0, len(order), batch_size), desc=desc, disable=bars_off(progress),
-                              leave=False):
-                idx = order[start : start + batch_size].tolist()
-                batch, _ = joint_batch(encoded, idx)
-                batch = batch.to(device)
-                out = model(batch.input_ids, batch.attention_mask, batch.response_mask,
-                            layers=layer_list)
-                rows = np.array([2 * i for i in idx] + [2 * i + 1 for i in idx])
-                rewards[rows] = out.rewards.float().cpu().numpy()
+    with eval_mode(model), ctx:
+        for idx in tqdm(length_batches(encoded.lengths(), batch_size), desc=desc,
+                        disable=bars_off(progress), leave=False):
+            batch, _ = joint_batch(encoded, idx)
+            batch = batch.to(device)
+            out = model(batch.input_ids, batch.attention_mask, batch.response_mask,
+                        layers=layer_list)
+            rows = np.array([2 * i for i in idx] + [2 * i + 1 for i in idx])
+            rewards[rows] = out.rewards.float().cpu().numpy()
+            for k in layer_list:
+                h = out.hidden[k].float()
+                # Finiteness is checked on what is stored (pooled, after the cast), not on
+                # every token state: a NaN / inf among the pooled tokens makes the mean
+                # non-finite, and it is a fraction of the cost.
+                pooled = [(mean, pool_states(h, batch.response_mask, "mean"))]
+                if separate_head:
+                    pooled.append((head, pool_states(h, batch.response_mask, model.pooling)))
+                for store, p in pooled:
+                    stored = _store_rows(store, k, rows, p.cpu().numpy(), desc)
+                    if stored is not None:
+                        raise CaptureError(
+                            f"{desc}: non-finite hidden states at layer {k} for pair "
+                            f"{encoded.pair_ids[idx[stored % len(idx)]]!r}"
+                        )
+            if per_row:
+                mask = batch.response_mask.bool().cpu().numpy()
+                picks = []
+                for j in range(mask.shape[0]):
+                    pos = np.flatnonzero(mask[j])
+                    take = rng.choice(pos, size=min(per_row, len(pos)), replace=False)
+                    picks.append((j, np.sort(take)))
                 for k in layer_list:
-                    h = out.hidden[k].float()
-                    # Finiteness is checked on what is stored (pooled, after the cast), not on
-                    # every token state: a NaN / inf among the pooled tokens makes the mean
-                    # non-finite, and it is a fraction of the cost.
-                    pooled = [(mean, pool_states(h, batch.response_mask, "mean"))]
-                    if separate_head:
-                        pooled.append((head, pool_states(h, batch.response_mask, model.pooling)))
-                    for store, p in pooled:
-                        stored = _store_rows(store, k, rows, p.cpu().numpy(), desc)
-                        if stored is not None:
-                            raise CaptureError(
-                                f"{desc}: non-finite hidden states at layer {k} for pair "
-                                f"{encoded.pair_ids[idx[stored % len(idx)]]!r}"
-                            )
-                if per_row:
-                    mask = batch.response_mask.bool().cpu().numpy()
-                    picks = []
-                    for j in range(mask.shape[0]):
-                        pos = np.flatnonzero(mask[j])
-                        take = rng.choice(pos, size=min(per_row, len(pos)), replace=False)
-                        picks.append((j, np.sort(take)))
-                    for k in layer_list:
-                        h = out.hidden[k].float().cpu().numpy()
-                        # float16 chunks, or float32 ones where float16 overflows; the final
-                        # concatenate promotes the layer to float32 if any chunk is.
-                        tok_states[k].append(
-                            _storage(np.concatenate([h[j, t] for j, t in picks]))[0])
-                    tok_rows.append(np.concatenate([np.full(len(t), rows[j]) for j, t in picks]))
-    finally:
-        model.train(was_training)
+                    h = out.hidden[k].float().cpu().numpy()
+                    # float16 chunks, or float32 ones where float16 overflows; the final
+                    # concatenate promotes the layer to float32 if any chunk is.
+                    tok_states[k].append(
+                        _storage(np.concatenate([h[j, t] for j, t in picks]))[0])
+                tok_rows.append(np.concatenate([np.full(len(t), rows[j]) for j, t in picks]))
     cap = Captured(
         pair_ids=list(encoded.pair_ids), layers=layer_list, pooling=model.pooling, mean=mean,
         head=head, rewards=rewards, side=np.tile(np.array([0, 1], dtype=np.int8), len(encoded)),
@@ -217,14 +211,6 @@ def _store_rows(store: dict[int, np.ndarray], k: int, rows: np.ndarray, values: 
         store[k] = store[k].astype(stored.dtype)
     store[k][rows] = stored
     return None
-
-
-class _null:
-    def __enter__(self):
-        return None
-
-    def __exit__(self, *exc):
-        return False
 
 
 def save_captured(path: str | Path, cap: Captured) -> Path:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -57,6 +57,18 @@ def disable_dropout(module: nn.Module) -> int:
             m.attention_dropout = 0.0
             changed += 1
     return changed
+
+
+@contextlib.contextmanager
+def eval_mode(module: nn.Module) -> Iterator[nn.Module]:
+    """``module`` in eval mode (no dropout) for the block, then back in the mode it was in: the
+    one wrapper of every scoring, capture and reference pass."""
+    was_training = module.training
+    module.eval()
+    try:
+        yield module
+    finally:
+        module.train(was_training)
 
 
 @dataclass

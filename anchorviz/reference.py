@@ -22,15 +22,15 @@ import os
 import tempfile
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from contextlib import contextmanager
+from contextlib import nullcontext
 from pathlib import Path
 
 import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from anchorviz.models import RewardModel, disable_dropout
-from anchorviz.tokenization import EncodedPairs, SideBatch
+from anchorviz.models import RewardModel, disable_dropout, eval_mode
+from anchorviz.tokenization import EncodedPairs, SideBatch, length_batches
 
 logger = logging.getLogger(__name__)
 
@@ -39,16 +39,6 @@ STRATEGIES = ("auto", "copy", "adapter_off", "cached")
 
 class ReferenceError(ValueError):
     """A reference strategy that cannot be used for this model / configuration."""
-
-
-@contextmanager
-def _eval_mode(module: torch.nn.Module):
-    was_training = module.training
-    module.eval()
-    try:
-        yield
-    finally:
-        module.train(was_training)
 
 
 def _hidden(backbone, batch: SideBatch, layers: Sequence[int]) -> dict[int, torch.Tensor]:
@@ -124,7 +114,7 @@ class AdapterOffReference(Reference):
     @torch.no_grad()
     def states(self, index, batch):
         bb = self.model.backbone
-        with bb.disable_adapter(), _eval_mode(bb):
+        with bb.disable_adapter(), eval_mode(bb):
             return _hidden(bb, batch, self.layers)
 
     def close(self) -> None:
@@ -187,13 +177,11 @@ class CachedReference(Reference):
         from anchorviz.tokenization import pad_side
 
         seqs = [(i, s) for i in range(len(encoded)) for s in (0, 1)]
-        order = sorted(range(len(seqs)), key=lambda k: self.lengths[k])  # length buckets
         bb = model.backbone
-        ctx = bb.disable_adapter() if hasattr(bb, "disable_adapter") else _null()
-        with ctx, _eval_mode(bb):
-            for start in tqdm(range(0, len(order), batch_size), desc="reference cache",
-                              leave=False):
-                ks = order[start : start + batch_size]
+        ctx = bb.disable_adapter() if hasattr(bb, "disable_adapter") else nullcontext()
+        with ctx, eval_mode(bb):
+            for ks in tqdm(length_batches(self.lengths, batch_size), desc="reference cache",
+                           leave=False):
                 ids = [encoded.chosen_ids[seqs[k][0]] if seqs[k][1] == 0
                        else encoded.rejected_ids[seqs[k][0]] for k in ks]
                 spans = [(0, len(x)) for x in ids]
@@ -228,11 +216,6 @@ class CachedReference(Reference):
                 os.unlink(f)
             os.rmdir(self._owned_dir)
             self._owned_dir = None
-
-
-@contextmanager
-def _null():
-    yield
 
 
 def choose_strategy(model: RewardModel, requested: str, n_tokens: int, n_layers: int,

@@ -718,7 +718,8 @@ def reward_score_fn(model, tokenizer, *, max_length: int = 128, batch_size: int 
     :func:`anchorviz.tokenization.encode_pairs` (same truncation, same response mask), batched
     by length, scored in eval mode under ``torch.inference_mode``.
     """
-    from anchorviz.tokenization import encode_side, pad_side, pad_token_id
+    from anchorviz.models import eval_mode
+    from anchorviz.tokenization import encode_side, length_batches, pad_side, pad_token_id
 
     pad = pad_token_id(tokenizer)
 
@@ -728,19 +729,12 @@ def reward_score_fn(model, tokenizer, *, max_length: int = 128, batch_size: int 
         enc = [encode_side(tokenizer, p if isinstance(p, str) else "", r, max_length)
                for p, r in zip(prompts, responses)]
         out = np.zeros(len(enc), dtype=np.float64)
-        order = np.argsort([len(ids) for ids, _ in enc], kind="stable")
-        was_training = model.training
-        model.eval()
-        try:
-            with torch.inference_mode():
-                for s in range(0, len(order), batch_size):
-                    idx = order[s: s + batch_size].tolist()
-                    batch = pad_side([enc[i][0] for i in idx], [enc[i][1] for i in idx], pad)
-                    batch = batch.to(device)
-                    r = model(batch.input_ids, batch.attention_mask, batch.response_mask).rewards
-                    out[idx] = r.float().cpu().numpy()
-        finally:
-            model.train(was_training)
+        with eval_mode(model), torch.inference_mode():
+            for idx in length_batches([len(ids) for ids, _ in enc], batch_size):
+                batch = pad_side([enc[i][0] for i in idx], [enc[i][1] for i in idx], pad)
+                batch = batch.to(device)
+                r = model(batch.input_ids, batch.attention_mask, batch.response_mask).rewards
+                out[idx] = r.float().cpu().numpy()
         return out
 
     return score

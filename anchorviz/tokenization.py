@@ -254,11 +254,9 @@ def pad_side(
     return SideBatch(input_ids, attention, response)
 
 
-def collate(encoded: EncodedPairs, index: Sequence[int]) -> tuple[SideBatch, SideBatch]:
-    """Padded ``(chosen, rejected)`` batches for the pairs at ``index``."""
-    idx = list(index)
-    chosen = pad_side([encoded.chosen_ids[i] for i in idx], [encoded.chosen_resp[i] for i in idx],
-                      encoded.pad_id)
-    rejected = pad_side([encoded.rejected_ids[i] for i in idx],
-                        [encoded.rejected_resp[i] for i in idx], encoded.pad_id)
-    return chosen, rejected
+def length_batches(lengths: Sequence[int] | np.ndarray, batch_size: int) -> list[list[int]]:
+    """Row numbers in batches of ``batch_size``, shortest rows first (a stable sort, so equal
+    lengths keep their order): the one batching of every scoring, capture and reference pass,
+    so a batch pads little."""
+    order = np.argsort(np.asarray(lengths), kind="stable")
+    return [order[s : s + batch_size].tolist() for s in range(0, len(order), batch_size)]

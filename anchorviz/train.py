@@ -31,10 +31,10 @@ from anchorviz.losses import (
     check_finite_loss,
     confidence_loss,
 )
-from anchorviz.models import RewardModel
+from anchorviz.models import RewardModel, eval_mode
 from anchorviz.paths import bars_off
 from anchorviz.reference import Reference
-from anchorviz.tokenization import EncodedPairs, pad_side
+from anchorviz.tokenization import EncodedPairs, length_batches, pad_side
 
 logger = logging.getLogger(__name__)
 
@@ -175,21 +175,15 @@ def score_pairs(
     model: RewardModel, encoded: EncodedPairs, batch_size: int = 64, device: str = "cpu"
 ) -> tuple[np.ndarray, np.ndarray]:
     """Rewards ``(r_chosen, r_rejected)`` of every pair (eval mode, length-bucketed batches)."""
-    was_training = model.training
-    model.eval()
     rc = np.zeros(len(encoded), dtype=np.float64)
     rr = np.zeros(len(encoded), dtype=np.float64)
-    order = np.argsort(encoded.lengths(), kind="stable")
-    try:
-        for start in range(0, len(order), batch_size):
-            idx = order[start : start + batch_size].tolist()
+    with eval_mode(model):
+        for idx in length_batches(encoded.lengths(), batch_size):
             batch, _ = joint_batch(encoded, idx)
             batch = batch.to(device)
             out = model(batch.input_ids, batch.attention_mask, batch.response_mask)
             r = out.rewards.float().cpu().numpy()
             rc[idx], rr[idx] = r[: len(idx)], r[len(idx) :]
-    finally:
-        model.train(was_training)
     return rc, rr
 
 

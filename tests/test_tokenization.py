@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 from conftest import toy_pairs, word_tokenizer
 
-from anchorviz.tokenization import TokenizationError, collate, encode_pairs, encode_side
+from anchorviz.tokenization import TokenizationError, encode_pairs, encode_side, pad_side
 
 
 def _decode(tok, ids):
@@ -17,8 +17,9 @@ def test_encoder_layout_and_response_mask(enc_tok):
     ids, (s, e) = encode_side(enc_tok, "the movie", "was good", 32)
     assert _decode(enc_tok, ids) == ["[CLS]", "the", "movie", "[SEP]", "was", "good", "[SEP]"]
     assert (s, e) == (4, 6)
-    chosen, _ = collate(encode_pairs(enc_tok, pd.DataFrame([{
-        "pair_id": "p", "prompt": "the movie", "chosen": "was good", "rejected": "was very bad"}])), [0])
+    enc = encode_pairs(enc_tok, pd.DataFrame([{
+        "pair_id": "p", "prompt": "the movie", "chosen": "was good", "rejected": "was very bad"}]))
+    chosen = pad_side(enc.chosen_ids, enc.chosen_resp, enc.pad_id)
     assert chosen.response_mask.tolist() == [[0, 0, 0, 0, 1, 1, 0]]
     assert chosen.attention_mask.tolist() == [[1] * 7]
 
@@ -35,7 +36,8 @@ def test_decoder_eos_is_response_not_padding(dec_tok):
         "pair_id": "p", "prompt": "the plot", "chosen": "was fun", "rejected": "was so very boring"}]), 32)
     # this tokenizer adds no BOS of its own, so none is added; the EOS closes the response
     assert _decode(dec_tok, enc.chosen_ids[0]) == ["the", "plot", "was", "fun", "</s>"]
-    chosen, rejected = collate(enc, [0])
+    chosen = pad_side(enc.chosen_ids, enc.chosen_resp, enc.pad_id)
+    rejected = pad_side(enc.rejected_ids, enc.rejected_resp, enc.pad_id)
     assert chosen.response_mask.tolist() == [[0, 0, 1, 1, 1]]
     assert rejected.response_mask.tolist() == [[0, 0, 1, 1, 1, 1, 1]]
     # joint padding: the pad ids equal eos, yet the mask keeps the real eos and drops padding
@@ -81,3 +83,10 @@ def test_tokenizer_without_pad_or_eos_is_rejected():
     tok.eos_token = None
     with pytest.raises(TokenizationError, match="pad token"):
         encode_pairs(tok, toy_pairs(2))
+
+
+def test_length_batches_shortest_first_ties_in_order():
+    from anchorviz.tokenization import length_batches
+
+    assert length_batches([3, 1, 2, 1, 5], 2) == [[1, 3], [2, 0], [4]]
+    assert length_batches([], 4) == []
