@@ -35,7 +35,6 @@ read again.
 from __future__ import annotations
 
 import functools
-import json
 import logging
 import math
 from collections.abc import Mapping, Sequence
@@ -77,7 +76,6 @@ __all__ = [
     "TEMPLATE",
     "label_confidence_figure",
     "lambda_sweep_figure",
-    "load_metrics",
     "load_results",
     "load_run_table",
     "MIN_CORRELATION_N",
@@ -1919,11 +1917,3 @@ def export_figure(fig: go.Figure, path: PathLike, *, fallback: bool = True, scal
         fig.write_html(html, include_plotlyjs=True, full_html=True)
         logger.warning("%s; wrote a standalone HTML page %s instead", reason, html)
         return html
-
-
-def load_metrics(run_dir: PathLike) -> dict[str, Any]:
-    """A run's ``metrics.json`` as a dict (FileNotFoundError naming the path when missing)."""
-    path = _existing_dir(run_dir, "run directory") / "metrics.json"
-    if not path.is_file():
-        raise FileNotFoundError(f"{path} does not exist (written when a run finishes)")
-    return json.loads(path.read_text())
