@@ -7,6 +7,8 @@ with experiment / store / cli orchestrating whole runs and sweeps.
 
 import logging
 
+__all__ = ["__version__"]
+
 __version__ = "0.2.0"  # also the package version (pyproject: dynamic); CHANGELOG.md
 
 logging.getLogger(__name__).addHandler(logging.NullHandler())

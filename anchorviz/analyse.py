@@ -46,6 +46,25 @@ from anchorviz.models import ModelError, RewardModel, RewardOutput, is_decoder_c
 
 logger = logging.getLogger(__name__)
 
+__all__ = [
+    "ANALYSE_VERSION",
+    "AnalyseError",
+    "AnalyseResult",
+    "CheckpointRewardModel",
+    "DECODER_CONVENTIONS",
+    "DRIFT_FOR_RISK",
+    "ENCODER_CONVENTIONS",
+    "HEAD_NAMES",
+    "LoadedCheckpoint",
+    "TOLERANCE",
+    "analyse",
+    "analysis_data",
+    "load_checkpoint_model",
+    "ood_risk_table",
+    "summary_lines",
+    "verify_checkpoint",
+]
+
 #: largest |reward - framework reward| accepted when reading a checkpoint (float32)
 TOLERANCE = 1e-5
 #: bumped when what an analysis computes from the same inputs changes (part of the run key)

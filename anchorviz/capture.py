@@ -35,6 +35,15 @@ from anchorviz.tokenization import EncodedPairs, length_batches
 
 logger = logging.getLogger(__name__)
 
+__all__ = [
+    "CaptureError",
+    "Captured",
+    "capture_states",
+    "load_captured",
+    "resolve_capture_layers",
+    "save_captured",
+]
+
 #: Largest finite float16 (65504).
 _F16_MAX = float(np.finfo(np.float16).max)
 

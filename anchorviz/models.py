@@ -19,6 +19,32 @@ from torch import nn
 
 logger = logging.getLogger(__name__)
 
+__all__ = [
+    "CHECKPOINT_FILE",
+    "CHECKPOINT_FORMAT",
+    "ModelError",
+    "POOLINGS",
+    "RewardModel",
+    "RewardOutput",
+    "apply_lora",
+    "base_identity",
+    "checkpoint_metadata",
+    "disable_dropout",
+    "eval_mode",
+    "head_state",
+    "is_decoder_config",
+    "load_backbone",
+    "load_checkpoint",
+    "load_reward_model",
+    "load_run_model",
+    "load_trainable_state",
+    "pool_states",
+    "quiet_transformers",
+    "required_state_keys",
+    "save_checkpoint",
+    "trainable_state",
+]
+
 POOLINGS = ("auto", "mean", "last", "cls")
 
 _DECODER_TYPES = {

@@ -34,10 +34,21 @@ from anchorviz.tokenization import EncodedPairs, SideBatch, length_batches
 
 logger = logging.getLogger(__name__)
 
+__all__ = [
+    "AdapterOffReference",
+    "CachedReference",
+    "CopyReference",
+    "Reference",
+    "ReferenceSetupError",
+    "STRATEGIES",
+    "choose_strategy",
+    "make_reference",
+]
+
 STRATEGIES = ("auto", "copy", "adapter_off", "cached")
 
 
-class ReferenceError(ValueError):
+class ReferenceSetupError(ValueError):
     """A reference strategy that cannot be used for this model / configuration."""
 
 
@@ -105,7 +116,7 @@ class AdapterOffReference(Reference):
     def __init__(self, model: RewardModel, layers: Sequence[int]) -> None:
         super().__init__(layers)
         if not hasattr(model.backbone, "disable_adapter"):
-            raise ReferenceError(
+            raise ReferenceSetupError(
                 "reference strategy 'adapter_off' needs a LoRA (PEFT) student; this student is "
                 "fully fine-tuned: use 'copy' or 'cached'"
             )
@@ -144,7 +155,7 @@ class CachedReference(Reference):
     ) -> None:
         super().__init__(layers)
         if dtype not in ("float16", "float32"):
-            raise ReferenceError(f"cached reference dtype must be float16 or float32, got {dtype!r}")
+            raise ReferenceSetupError(f"cached reference dtype must be float16 or float32, got {dtype!r}")
         self.dtype = np.dtype(dtype)
         lengths = np.array(
             [len(x) for pair in zip(encoded.chosen_ids, encoded.rejected_ids) for x in pair],
@@ -226,7 +237,7 @@ def choose_strategy(model: RewardModel, requested: str, n_tokens: int, n_layers:
     cache budget; otherwise ``adapter_off`` for LoRA students (no second weight copy), else ``copy``.
     """
     if requested not in STRATEGIES:
-        raise ReferenceError(f"reference strategy must be one of {STRATEGIES}, got {requested!r}")
+        raise ReferenceSetupError(f"reference strategy must be one of {STRATEGIES}, got {requested!r}")
     if requested != "auto":
         return requested, "chosen by the config"
     need = n_tokens * n_layers * model.hidden_size * 4
@@ -257,8 +268,8 @@ def make_reference(
         return AdapterOffReference(model, layers)
     if strategy == "cached":
         if encoded is None:
-            raise ReferenceError("the cached reference needs the encoded training pairs")
+            raise ReferenceSetupError("the cached reference needs the encoded training pairs")
         return CachedReference(model, encoded, layers, **cached_kwargs)
-    raise ReferenceError(
+    raise ReferenceSetupError(
         f"reference strategy must be one of {STRATEGIES[1:]} here, got {strategy!r}"
     )

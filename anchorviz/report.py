@@ -23,6 +23,21 @@ from anchorviz.paths import write_atomic
 
 logger = logging.getLogger(__name__)
 
+__all__ = [
+    "FIGURE_FORMATS",
+    "SMOKE_TEST_PAIRS",
+    "SMOKE_TRAIN_PAIRS",
+    "label_warning",
+    "mixed_configs",
+    "scenario_lines",
+    "smoke_reasons",
+    "smoke_status",
+    "table_columns",
+    "verdict_blocks",
+    "write_figures",
+    "write_report",
+]
+
 #: fewer test pairs per split than this makes a smoke run: one run's 95% interval is then wider
 #: than about +-7 points, more than the effects the protocol looks for
 SMOKE_TEST_PAIRS = 200

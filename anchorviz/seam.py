@@ -53,6 +53,7 @@ logger = logging.getLogger(__name__)
 
 __all__ = [
     "AGGREGATES",
+    "SeamError",
     "SeamResult",
     "aggregate_labels",
     "annotate_trees",

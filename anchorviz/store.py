@@ -31,6 +31,19 @@ from anchorviz.paths import file_sha256
 
 logger = logging.getLogger(__name__)
 
+__all__ = [
+    "MANIFEST",
+    "RunStore",
+    "StoreError",
+    "canonical_json",
+    "config_hash",
+    "read_yaml",
+    "safe_name",
+    "verify_run_dir",
+    "write_json",
+    "write_yaml",
+]
+
 MANIFEST = "MANIFEST.json"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 

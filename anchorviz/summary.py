@@ -19,6 +19,19 @@ from scipy import stats
 
 from anchorviz.metrics import seed_summary
 
+__all__ = [
+    "CONDITION",
+    "METRICS",
+    "anchor_beats_naive",
+    "best_on_source_val",
+    "failure_mode",
+    "holm",
+    "points",
+    "summarize",
+    "target_columns",
+    "verdict_lines",
+]
+
 CONDITION = ["artifact_strength", "kind", "method", "anchor_lambda", "anchor_layers"]
 METRICS = ["acc_val", "acc_id", "acc_id_marked", "acc_id_clean", "acc_id_seen", "acc_id_hidden",
            "acc_ood", "wrg", "aog", "nts", "pgr", "drift_cos_source", "drift_cos_target",

@@ -31,6 +31,19 @@ import torch
 
 logger = logging.getLogger(__name__)
 
+__all__ = [
+    "EncodedPairs",
+    "SideBatch",
+    "TokenizationError",
+    "encode_pairs",
+    "encode_side",
+    "is_encoder_tokenizer",
+    "length_batches",
+    "pad_side",
+    "pad_token_id",
+    "special_affixes",
+]
+
 
 class TokenizationError(ValueError):
     """A pair or tokenizer that cannot be encoded; the message names what and why."""

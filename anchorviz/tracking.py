@@ -45,6 +45,20 @@ from typing import Any
 
 logger = logging.getLogger(__name__)
 
+__all__ = [
+    "BACKENDS",
+    "Tracker",
+    "TrackingError",
+    "check_report_to",
+    "current",
+    "final_metrics",
+    "flatten",
+    "mlflow_uri",
+    "open_tracker",
+    "step_metrics",
+    "tracked_run",
+]
+
 BACKENDS = ("tensorboard", "mlflow", "wandb")
 # the module each backend needs, and the extra that installs it
 _NEEDS = {"tensorboard": ("tensorboard", "tensorboard"), "mlflow": ("mlflow", "mlflow"),

@@ -38,6 +38,20 @@ from anchorviz.tokenization import EncodedPairs, length_batches, pad_side
 
 logger = logging.getLogger(__name__)
 
+__all__ = [
+    "OBJECTIVES",
+    "OPTIMIZERS",
+    "Objective",
+    "TrainConfig",
+    "TrainError",
+    "TrainResult",
+    "joint_batch",
+    "lr_factor",
+    "make_optimizer",
+    "score_pairs",
+    "train_reward_model",
+]
+
 OBJECTIVES = ("bt", "confidence")
 OPTIMIZERS = ("adamw_fused", "adamw_foreach", "adamw")
 

@@ -45,7 +45,31 @@ from anchorviz.paths import cache_subdir, file_sha256, write_atomic
 
 logger = logging.getLogger(__name__)
 
-_PAIR_COLUMNS: tuple[str, ...] = tuple(PAIR_COLUMNS)  # alias of the data-layer schema
+__all__ = [
+    "DomainParseReport",
+    "FileParseReport",
+    "PYPI_SIMPLE",
+    "SOURCE_NAME",
+    "VADER_DOMAINS",
+    "VADER_SDIST_NAME",
+    "VADER_SDIST_SHA256",
+    "VADER_SDIST_URL",
+    "VADER_VERSION",
+    "VaderDataError",
+    "build_vader_tables",
+    "ensure_vader_sdist",
+    "index_url",
+    "load_vader_texts",
+    "normalise_text",
+    "parse_domain",
+    "parse_ground_truth",
+    "parse_ratings",
+    "read_raw_files",
+    "sdist_url",
+    "vader_cache_dir",
+    "vader_pairs",
+    "vader_parse_report",
+]
 
 VADER_DOMAINS: tuple[str, ...] = ("movie", "amazon", "nyt", "tweets")
 """Domain names as used in the ``domain`` column (dataset name: ``f"vader-{domain}"``)."""
@@ -70,10 +94,6 @@ _MARGIN_TOL = 1e-9  # means are ratios of small integers: 0.65 - 0.15 must clear
 
 
 SOURCE_NAME = f"vaderSentiment-{VADER_VERSION} hutto_ICWSM_2014"
-CITATION = (
-    "Hutto, C.J. & Gilbert, E.E. (2014). VADER: A Parsimonious Rule-based Model for Sentiment "
-    "Analysis of Social Media Text. ICWSM-14."
-)
 
 
 class VaderDataError(RuntimeError):

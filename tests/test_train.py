@@ -13,7 +13,7 @@ from anchorviz.reference import (
     AdapterOffReference,
     CachedReference,
     CopyReference,
-    ReferenceError,
+    ReferenceSetupError,
     choose_strategy,
 )
 from anchorviz.tokenization import encode_pairs
@@ -168,7 +168,7 @@ def test_trained_lora_anchor_matches_across_strategies():
 
 def test_adapter_off_needs_lora_and_auto_choice():
     model, _, _ = _setup("encoder")
-    with pytest.raises(ReferenceError, match="LoRA"):
+    with pytest.raises(ReferenceSetupError, match="LoRA"):
         AdapterOffReference(model, [2])
     assert choose_strategy(model, "auto", 10_000, 1)[0] == "cached"
     assert choose_strategy(model, "auto", 10**9, 1)[0] == "copy"

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from anchorviz import vader
+from anchorviz.data import PAIR_COLUMNS
 from anchorviz.vader import (
     VADER_DOMAINS,
     VADER_SDIST_NAME,
@@ -111,7 +112,7 @@ def test_parsers_report_bad_lines() -> None:
 @pytest.mark.parametrize("domain", VADER_DOMAINS)
 def test_pairs_schema_margin_disjoint(domain: str, default_pairs: dict) -> None:
     p = default_pairs[domain]
-    assert list(p.columns) == list(vader._PAIR_COLUMNS)
+    assert list(p.columns) == list(PAIR_COLUMNS)
     assert len(p) == EXPECTED_PAIRS[domain]
     assert p.attrs["n_pairs_available"] == EXPECTED_PAIRS[domain]
     assert p["pair_id"].is_unique
