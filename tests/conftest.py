@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -11,6 +16,9 @@ import torch
 os.environ.setdefault("TQDM_DISABLE", "1")
 os.environ.setdefault("ANCHORVIZ_JOBS", "1")  # sweeps run in-process unless a test asks for workers
 torch.set_num_threads(max(1, min(2, torch.get_num_threads())))
+
+REPO = Path(__file__).resolve().parent.parent
+NOTEBOOK_DIR = REPO / "notebooks"
 
 WORDS = (
     "the a good bad movie film great awful plot acting is was very not and it i liked hated "
@@ -93,3 +101,55 @@ def count_training(monkeypatch):
 
     monkeypatch.setattr(ex, "train_reward_model", counting)
     return calls
+
+
+# --------------------------------------------------------------------------- smoke sweeps
+
+#: a bound on training the smoke sweeps (a hang, not a slow machine: on 2 busy cores it takes
+#: tens of minutes)
+SMOKE_TRAIN_LIMIT_S = 3 * 3600
+
+_TRAIN_SMOKE_SWEEPS = """
+import sys
+sys.path.insert(0, sys.argv[1])
+import _smoke
+# notebook 03's sweeps in smoke mode (one per teacher visibility, two lambdas): their runs
+# hold those of the demo sweep that notebooks 01 and 02 read, and the launcher's run of 03
+sweeps = _smoke.explorer_configs(True, visibilities=sorted(_smoke.explorer_visibilities(True)),
+                                 anchor_lambdas=[1.0, 10.0])
+assert _smoke.sweep_run_ids(_smoke.demo_config(True)) <= _smoke.sweep_run_ids(sweeps)
+_smoke.ensure_sweep(sweeps, _smoke.sweep_dir(sys.argv[2], True))
+"""
+
+
+@pytest.fixture(scope="session")
+def smoke_runs(tmp_path_factory) -> Path:
+    """The runs folder (``ANCHORVIZ_NOTEBOOK_RUNS``) of the notebook and browser tests, with
+    the smoke sweeps of notebooks 01-03 trained once per test session, before any of them runs.
+
+    A test using it should time only its own call (``@pytest.mark.timeout(..., func_only=True)``)
+    so that no per-test timeout is spent training: the training runs in a subprocess of its own
+    bounded by ``SMOKE_TRAIN_LIMIT_S``. ``$ANCHORVIZ_TEST_NOTEBOOK_RUNS`` reuses a folder across
+    sessions instead (a local shortcut: runs of older code in it would be reused too)."""
+    env_runs = os.environ.get("ANCHORVIZ_TEST_NOTEBOOK_RUNS")
+    runs = Path(env_runs) if env_runs else tmp_path_factory.mktemp("notebook-runs", numbered=False)
+    runs.mkdir(parents=True, exist_ok=True)
+    log_path = runs / "smoke-training.log"
+    env = dict(os.environ, ANCHORVIZ_SMOKE="1", TQDM_DISABLE="1")
+    t0 = time.perf_counter()
+    with open(log_path, "a") as log:
+        proc = subprocess.Popen([sys.executable, "-c", _TRAIN_SMOKE_SWEEPS, str(NOTEBOOK_DIR),
+                                 str(runs)], cwd=runs, env=env, stdout=log,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            code = proc.wait(timeout=SMOKE_TRAIN_LIMIT_S)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            code = None
+    if code != 0:
+        tail = log_path.read_text()[-4000:]
+        why = f"did not finish in {SMOKE_TRAIN_LIMIT_S} s" if code is None else f"exited {code}"
+        pytest.fail(f"training the smoke sweeps {why} (log {log_path}):\n{tail}", pytrace=False)
+    print(f"smoke sweeps ready in {time.perf_counter() - t0:.0f} s")
+    return runs

@@ -1,7 +1,7 @@
 """A real browser drives the ANCHOR explorer in JupyterLab.
 
-JupyterLab serves a temporary copy of ``notebooks/`` (smoke mode, the sweep trained beforehand
-from Python with the very call notebook 03 makes, so the notebook only reads it); headless
+JupyterLab serves a temporary copy of ``notebooks/`` (smoke mode, the sweeps trained beforehand,
+once per test session, by conftest's ``smoke_runs``, so the notebook only reads them); headless
 Chromium, driven by Playwright, opens ``03_anchor_explorer.ipynb`` in a 1280 px wide window with
 the file browser open, runs all cells, waits for the lambda slider, moves it with the keyboard
 and checks that the explorer's figures changed and that nothing of the explorer is cut off:
@@ -82,39 +82,14 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _smoke_module():
-    spec = importlib.util.spec_from_file_location("_anchorviz_nb_smoke", NOTEBOOK_DIR / "_smoke.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-def _runs_folder(tmp_path_factory) -> Path:
-    """The runs folder of this test session, shared by the notebook and browser tests (the
-    smoke sweep is trained once). ``$ANCHORVIZ_TEST_NOTEBOOK_RUNS`` reuses a folder across
-    sessions instead (a local shortcut: runs of older code in it would be reused too)."""
-    env = os.environ.get("ANCHORVIZ_TEST_NOTEBOOK_RUNS")
-    runs = Path(env) if env else tmp_path_factory.getbasetemp() / "anchorviz-notebook-runs"
-    runs.mkdir(parents=True, exist_ok=True)
-    return runs
-
-
 @pytest.fixture(scope="module")
-def lab(tmp_path_factory):
+def lab(tmp_path_factory, smoke_runs):
     """JupyterLab on a free localhost port over a copy of notebooks/; yields (url, runs)."""
     root = tmp_path_factory.mktemp("lab")
     nbdir = root / "notebooks"
     shutil.copytree(NOTEBOOK_DIR, nbdir,
                     ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__"))
-    runs = _runs_folder(tmp_path_factory)
-    # the sweeps notebook 03 asks for in smoke mode (one per teacher visibility), trained here
-    # so that the page only reads them
-    smoke = _smoke_module()
-    sw = smoke.explorer_configs(True, visibilities=sorted(smoke.explorer_visibilities(True)),
-                                anchor_lambdas=[1.0, 10.0])
-    t0 = time.perf_counter()
-    smoke.ensure_sweep(sw, smoke.sweep_dir(runs, True))
-    print(f"smoke sweep ready in {time.perf_counter() - t0:.0f} s")
+    runs = smoke_runs  # the sweeps notebook 03 asks for, trained once per session (conftest)
 
     # render every cell (no virtual scrolling, so widgets out of view stay in the DOM) and
     # do not ask about news
@@ -270,6 +245,8 @@ def _run_all_cells(page) -> None:
     raise AssertionError("Run > Run All Cells did not start any cell")
 
 
+# the call only: the session's smoke sweeps are trained in a fixture, outside any test's time
+@pytest.mark.timeout(1200, func_only=True)
 def test_lambda_slider_changes_the_figures(lab, tmp_path):
     """Moving the slider redraws the panels; at 1280 px with the file browser open nothing of
     the explorer is cut off, as drawn first and after the redraw."""

@@ -1,9 +1,10 @@
 """The notebooks: stored clean, and every one runs end to end in smoke mode.
 
 ``test_notebook_runs`` executes 01..04 in order with nbclient in a temporary copy of
-``notebooks/`` (``ANCHORVIZ_SMOKE=1``, one shared ``ANCHORVIZ_NOTEBOOK_RUNS`` folder, so 02 and
-03 reuse the sweep 01 trained, as they do for a user) and checks a few things each one must have
-shown. Timings go to ``test-artifacts/notebook_timings.json``.
+``notebooks/`` (``ANCHORVIZ_SMOKE=1``, one shared ``ANCHORVIZ_NOTEBOOK_RUNS`` folder whose smoke
+sweeps conftest's session fixture ``smoke_runs`` trained once, so the notebooks read them as
+they read a user's runs) and checks a few things each one must have shown. Timings go to
+``test-artifacts/notebook_timings.json``.
 """
 
 from __future__ import annotations
@@ -230,26 +231,15 @@ def test_notebooks_cite_no_file_outside_the_repository():
 # --------------------------------------------------------------------------- execution
 
 
-def _runs_folder(tmp_path_factory) -> Path:
-    """The runs folder of this test session, shared by the notebook and browser tests (the
-    smoke sweep is trained once). ``$ANCHORVIZ_TEST_NOTEBOOK_RUNS`` reuses a folder across
-    sessions instead (a local shortcut: runs of older code in it would be reused too)."""
-    env = os.environ.get("ANCHORVIZ_TEST_NOTEBOOK_RUNS")
-    runs = Path(env) if env else tmp_path_factory.getbasetemp() / "anchorviz-notebook-runs"
-    runs.mkdir(parents=True, exist_ok=True)
-    return runs
-
-
 @pytest.fixture(scope="module")
-def workspace(tmp_path_factory):
+def workspace(tmp_path_factory, smoke_runs):
     """A temporary copy of notebooks/ and the runs folder all notebooks (and the browser test
-    of the same session) share."""
+    of the same session) share, its smoke sweeps already trained (conftest.smoke_runs)."""
     root = tmp_path_factory.mktemp("nbrun")
     nbdir = root / "notebooks"
     shutil.copytree(NOTEBOOK_DIR, nbdir,
                     ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__"))
-    runs = _runs_folder(tmp_path_factory)
-    return nbdir, runs
+    return nbdir, smoke_runs
 
 
 def _execute(path: Path, runs: Path):
@@ -321,8 +311,9 @@ CHECKS = {"01": _check_01, "02": _check_02, "03": _check_03, "04": _check_04}
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(4 * CELL_TIMEOUT_S)
-@pytest.mark.parametrize("name", NOTEBOOKS)  # in this order: 02 and 03 reuse 01's sweep
+# the call only: the session's smoke sweeps are trained in a fixture, outside any test's time
+@pytest.mark.timeout(4 * CELL_TIMEOUT_S, func_only=True)
+@pytest.mark.parametrize("name", NOTEBOOKS)
 def test_notebook_runs(name, workspace):
     nbdir, runs = workspace
     t0 = time.perf_counter()
