@@ -153,3 +153,37 @@ def smoke_runs(tmp_path_factory) -> Path:
         pytest.fail(f"training the smoke sweeps {why} (log {log_path}):\n{tail}", pytrace=False)
     print(f"smoke sweeps ready in {time.perf_counter() - t0:.0f} s")
     return runs
+
+
+# --------------------------------------------------------------------------- bad-input helpers
+
+MB = 1_000_000
+#: a JSONL row with a Latin-1 byte: not UTF-8
+NON_UTF8 = b'{"prompt": "caf\xe9", "chosen": "a", "rejected": "b"}\n'
+
+
+def pairs_rows(n: int = 6) -> list[dict]:
+    return [{"prompt": f"p{i}", "chosen": f"good {i}", "rejected": f"bad {i}"} for i in range(n)]
+
+
+def write_jsonl(path: Path, rows: list[dict]) -> Path:
+    import json
+
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+def write_yaml_text(tmp_path: Path, text: str, name: str = "c.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def tiny_model_and_pairs(n: int = 8):
+    """A tiny encoder reward model and ``n`` toy pairs encoded for it (max_length 16)."""
+    from anchorviz.models import RewardModel
+    from anchorviz.tokenization import encode_pairs
+
+    tok = word_tokenizer("encoder")
+    model = RewardModel(tiny_backbone("encoder", vocab_size=len(tok), layers=2))
+    return model, encode_pairs(tok, toy_pairs(n), max_length=16)

@@ -3,16 +3,19 @@ inf; genuinely non-finite states are still refused with the error naming layer a
 
 from __future__ import annotations
 
+import os
+import pickle
+import re
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from conftest import tiny_backbone, toy_pairs, word_tokenizer
+from conftest import tiny_backbone, tiny_model_and_pairs, toy_pairs, word_tokenizer
 
 import anchorviz.capture as capture_mod
-from anchorviz.capture import CaptureError, capture_states, load_captured, save_captured
-from anchorviz.models import RewardModel, pool_states
+from anchorviz.capture import Captured, CaptureError, capture_states, load_captured, save_captured
+from anchorviz.models import ModelError, RewardModel, pool_states
 from anchorviz.tokenization import encode_pairs
 from anchorviz.train import joint_batch
 
@@ -119,3 +122,57 @@ def test_non_finite_states_are_still_refused(value: float) -> None:
         model.backbone.embeddings.word_embeddings.weight.fill_(value)
     with pytest.raises(CaptureError, match=r"non-finite hidden states at layer 0 for pair 'toy-"):
         capture_states(model, enc, progress=False)
+
+
+# --------------------------------------------------------------------------- capture: bad input
+
+
+def test_capture_rejects_empty_and_out_of_range_layers() -> None:
+    model, enc = tiny_model_and_pairs()
+    with pytest.raises(CaptureError, match="no pairs to capture"):
+        capture_states(model, enc.subset([]), progress=False)
+    for layers in ([3], [-1], [0, 7]):
+        with pytest.raises(ModelError, match="outside this model"):
+            capture_states(model, enc, layers=layers, progress=False)
+    with pytest.raises(CaptureError, match="adapters=False needs a LoRA"):
+        capture_states(model, enc, adapters=False, progress=False)
+
+
+def test_capture_refuses_non_finite_states_naming_layer_and_pair() -> None:
+    model, enc = tiny_model_and_pairs()
+    with torch.no_grad():
+        model.backbone.embeddings.word_embeddings.weight.fill_(float("nan"))
+    with pytest.raises(CaptureError, match=r"non-finite hidden states at layer 0 for pair 'toy-"):
+        capture_states(model, enc, progress=False)
+
+
+def _small_capture() -> Captured:
+    mean = {0: np.zeros((4, 3), np.float16), 1: np.ones((4, 3), np.float16)}
+    return Captured(pair_ids=["a", "b"], layers=[0, 1], pooling="mean", mean=mean, head=mean,
+                    rewards=np.zeros(4, np.float32), side=np.array([0, 1, 0, 1], np.int8))
+
+
+@pytest.mark.parametrize("damage", ["truncated", "empty", "garbage", "pickle"])
+def test_load_captured_names_a_damaged_file(tmp_path: Path, damage: str) -> None:
+    path = save_captured(tmp_path / "c.safetensors", _small_capture())
+    data = path.read_bytes()
+    path.write_bytes({"truncated": data[: len(data) // 2], "empty": b"",
+                      "garbage": os.urandom(64), "pickle": pickle.dumps({"x": 1})}[damage])
+    with pytest.raises(CaptureError, match=rf"{re.escape(str(path))}: not a readable safetensors "
+                                           r"capture .*truncated or corrupted"):
+        load_captured(path)
+
+
+def test_load_captured_missing_foreign_and_layer_not_captured(tmp_path: Path) -> None:
+    from safetensors.numpy import save_file
+
+    with pytest.raises(CaptureError, match="does not exist"):
+        load_captured(tmp_path / "none.safetensors")
+    foreign = tmp_path / "foreign.safetensors"
+    save_file({"w": np.zeros(3, np.float32)}, str(foreign))
+    with pytest.raises(CaptureError, match="not an anchorviz capture"):
+        load_captured(foreign)
+    path = save_captured(tmp_path / "c.safetensors", _small_capture())
+    with pytest.raises(CaptureError, match=r"layer\(s\) \[5\] not captured; captured: \[0, 1\]"):
+        load_captured(path, layers=[5])
+    assert load_captured(path, layers=[1]).layers == [1]

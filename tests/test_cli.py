@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
 import yaml
+from conftest import NON_UTF8, write_jsonl, write_yaml_text
 from tiny_project import tiny_config
 
-from anchorviz.cli import EXIT_CONFIG, EXIT_OK, main
+from anchorviz.cli import EXIT_CONFIG, EXIT_DATA, EXIT_OK, EXIT_OTHER, main
 
 
 def test_datasets_and_models_list(capsys):
@@ -61,3 +65,98 @@ def test_demo_scenarios_and_bad_knobs_fail_before_any_work(tmp_path, capsys, mon
     with pytest.raises(SystemExit):
         main(["demo", "--jobs", "0"])
     assert "positive integer" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------- CLI exit codes on bad input
+
+
+@pytest.fixture
+def project_yaml(tmp_path: Path):
+    """A valid run config over the tiny project, as a YAML file (with optional overrides)."""
+    def make(name: str = "run.yaml", **overrides) -> Path:
+        d = tiny_config(tmp_path).to_dict()
+        for key, value in overrides.items():
+            sec, k = key.split(".")
+            d[sec][k] = value
+        path = tmp_path / name
+        path.write_text(yaml.safe_dump(d))
+        return path
+    return make
+
+
+def _cli(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    code = main(args)
+    return code, capsys.readouterr().err
+
+
+def test_cli_config_errors_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    marker = tmp_path / "pwned"
+    cases = {
+        "missing": (tmp_path / "missing.yaml", "does not exist"),
+        "syntax": (write_yaml_text(tmp_path, "data: [1,\n", "s.yaml"), "not valid YAML"),
+        "python tag": (write_yaml_text(tmp_path, f"!!python/object/apply:os.system ['touch "
+                                                 f"{marker}']\n", "p.yaml"), "not valid YAML"),
+        "unknown key": (write_yaml_text(tmp_path, "sede: 1\n", "u.yaml"), "unknown key"),
+        "nan lr": (write_yaml_text(tmp_path, "student_train: {lr: .nan}\n", "n.yaml"), "lr=nan"),
+    }
+    for name, (path, match) in cases.items():
+        for cmd in ("run", "sweep"):
+            if cmd == "sweep" and name in ("unknown key", "nan lr"):
+                continue
+            code, err = _cli([cmd, str(path), "--out", str(tmp_path / "out")], capsys)
+            assert code == EXIT_CONFIG, (name, cmd, err)
+            assert "error: " in err and match in err, (name, err)
+            assert "Traceback" not in err
+    assert not marker.exists()
+    sweep_bad = write_yaml_text(tmp_path, "grid: {anchor_lambdas: [-1]}\n", "g.yaml")
+    code, err = _cli(["sweep", str(sweep_bad), "--out", str(tmp_path / "out")], capsys)
+    assert code == EXIT_CONFIG and "anchor_lambdas" in err
+    code, err = _cli(["report", str(tmp_path / "nowhere")], capsys)
+    assert code == EXIT_CONFIG and "not an anchorviz sweep / run folder" in err
+    with pytest.raises(SystemExit) as ei:
+        main(["frobnicate"])
+    assert ei.value.code == 2
+
+
+def test_cli_data_errors_exit_3(tmp_path: Path, project_yaml,
+                                capsys: pytest.CaptureFixture[str]) -> None:
+    latin1 = tmp_path / "latin1.jsonl"
+    latin1.write_bytes(NON_UTF8 * 3)
+    empty = write_jsonl(tmp_path / "empty_resp.jsonl",
+                        [{"prompt": f"p{i}", "chosen": " ", "rejected": "b"} for i in range(5)])
+    cases = {
+        "missing data": (project_yaml("a.yaml", **{"data.source": str(tmp_path / "nope.jsonl")}),
+                         "no such file or directory"),
+        "non-utf8 data": (project_yaml("b.yaml", **{"data.source": str(latin1)}),
+                          "not valid UTF-8 at byte offset"),
+        "all responses empty": (project_yaml("c.yaml", **{"data.source": str(empty)}),
+                                "only 0 pairs"),
+    }
+    for name, (path, match) in cases.items():
+        code, err = _cli(["run", str(path), "--out", str(tmp_path / f"out-{name[:4]}")], capsys)
+        assert code == EXIT_DATA, (name, err)
+        assert match in err and "Traceback" not in err, (name, err)
+    # a missing model folder is caught by config validation, naming the key, before any work
+    path = project_yaml("d.yaml", **{"models.teacher": str(tmp_path / "nomodel")})
+    code, err = _cli(["run", str(path), "--out", str(tmp_path / "out-d")], capsys)
+    assert code == EXIT_CONFIG and "models.teacher" in err and "does not exist" in err, err
+    assert not (tmp_path / "out-d" / "runs").exists() or not any((tmp_path / "out-d" / "runs").iterdir())
+
+
+def test_cli_out_is_a_file_exits_1_with_a_message(tmp_path: Path, project_yaml,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "a_file"
+    out.write_text("not a folder")
+    code, err = _cli(["run", str(project_yaml()), "--out", str(out)], capsys)
+    last = err.strip().splitlines()[-1]
+    assert code == EXIT_OTHER and last.startswith("error: ") and "Not a directory" in last
+    assert "Traceback" not in err
+
+
+def test_out_of_range_anchor_layer_fails_the_run_with_a_named_error(
+        tmp_path: Path, project_yaml, capsys: pytest.CaptureFixture[str]) -> None:
+    path = project_yaml(**{"method.name": "anchor", "method.anchor_lambda": 1.0,
+                           "method.anchor_layers": "0,9"})
+    code, err = _cli(["run", str(path), "--out", str(tmp_path / "out")], capsys)
+    assert code == EXIT_CONFIG
+    assert "anchor layer 9 is out of range: valid hidden-state indices are 0..2" in err

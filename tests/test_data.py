@@ -3,15 +3,20 @@ drop reports, strict mode, name resolution, manifests, schema checks and prompt-
 
 from __future__ import annotations
 
+import gzip
 import json
+import math
+import re
 import sys
 import types
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from conftest import NON_UTF8, pairs_rows
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -659,7 +664,7 @@ def good_table(n: int = 3) -> pd.DataFrame:
     return pd.DataFrame([
         {"pair_id": f"t:{i}", "dataset": "t", "domain": "t", "prompt": f"p{i}", "chosen": "yes",
          "rejected": "no", "prompt_turns": None, "meta": {}} for i in range(n)
-    ])
+    ], columns=PAIR_COLUMNS)
 
 
 def test_validate_pairs_accepts_and_rejects() -> None:
@@ -834,3 +839,269 @@ def test_property_dedupe(rows: list[tuple[str, str, str]]) -> None:
     # the table-level dedupe agrees
     raw = pd.DataFrame(recs, columns=["prompt", "chosen", "rejected"])
     assert list(dedupe_pairs(raw).itertuples(index=False, name=None)) == kept
+
+
+# --------------------------------------------------------------------------- bad input
+
+
+WRONG_TYPES = [(123, "is a int"), (1.5, "is a float"), (True, "is a bool"), (None, "is missing"),
+               ({"x": 1}, "is a dict"), (["a"], "message 0 is a str"), ([], "is an empty list")]
+
+
+@pytest.mark.parametrize("field", ["chosen", "rejected"])
+@pytest.mark.parametrize("value, problem", WRONG_TYPES)
+def test_wrong_field_types_are_named_with_row_field_and_expected_form(
+        tmp_path: Path, field: str, value: object, problem: str) -> None:
+    rows = pairs_rows(3)
+    rows[1][field] = value
+    path = write_jsonl(tmp_path / "d.jsonl", rows)
+    with pytest.raises(DataError, match=rf"row 1: field '{field}' {re.escape(problem)}.*; "
+                                        r"expected (a string|a list of)"):
+        load_pairs(path, strict=True)
+    df, rep = load_pairs(path)  # lenient: the row is dropped and counted, never kept
+    assert len(df) == 2 and rep.n_dropped == 1 and rep.total == 3
+    assert 1 in [i for ex_ in rep.examples.values() for i, _ in ex_]
+
+
+@pytest.mark.parametrize("value, problem", [(7, "is a int"), (None, "is missing"),
+                                            ({"a": 1}, "is a dict"), ([3], "message 0 is a int")])
+def test_wrong_prompt_types(tmp_path: Path, value: object, problem: str) -> None:
+    rows = pairs_rows(2)
+    rows[0]["prompt"] = value
+    with pytest.raises(DataError, match=rf"row 0: field 'prompt' {re.escape(problem)}"):
+        load_pairs(write_jsonl(tmp_path / "d.jsonl", rows), strict=True)
+
+
+@pytest.mark.parametrize("empty", ["", " ", "\n\t  ", "\u3000"])
+@pytest.mark.parametrize("field", ["chosen", "rejected"])
+def test_empty_responses_are_dropped_or_named(tmp_path: Path, empty: str, field: str) -> None:
+    rows = pairs_rows(3)
+    rows[2][field] = empty
+    path = write_jsonl(tmp_path / "d.jsonl", rows)
+    with pytest.raises(DataError, match=rf"row 2: field '{field}' is empty; expected a non-empty"):
+        load_pairs(path, strict=True)
+    df, rep = load_pairs(path)
+    assert rep.dropped == {"empty_response": 1} and len(df) == 2
+    assert all(s.strip() for s in df["chosen"]) and all(s.strip() for s in df["rejected"])
+
+
+@pytest.mark.parametrize("name, content", [
+    ("zero.jsonl", b""), ("blank.jsonl", b"\n\n   \n"), ("list.json", b"[]"),
+    ("header.csv", b"prompt,chosen,rejected\n"), ("zero.csv", b""), ("zero.jsonl.gz", None),
+    ("obj.json", b'{"a": 1}'), ("scalar.json", b"42"),
+])
+def test_empty_or_rowless_files_are_errors_naming_the_file(tmp_path: Path, name: str,
+                                                           content: bytes | None) -> None:
+    path = tmp_path / name
+    path.write_bytes(gzip.compress(b"") if content is None else content)
+    with pytest.raises(DataError, match=rf"{re.escape(str(path))}: (contains no rows|could not "
+                                        r"parse csv|expected a JSON list of row objects)"):
+        load_pairs(path)
+
+
+def test_empty_parquet_and_empty_directory(tmp_path: Path) -> None:
+    path = tmp_path / "empty.parquet"
+    pd.DataFrame({"prompt": [], "chosen": [], "rejected": []}).to_parquet(path)
+    with pytest.raises(DataError, match="contains no rows"):
+        load_pairs(path)
+    d = tmp_path / "nothing"
+    d.mkdir()
+    (d / "notes.txt").write_text("no data here")
+    with pytest.raises(DataError, match="directory holds no data files"):
+        load_pairs(d)
+
+
+def test_a_dataset_whose_every_row_is_dropped_fails_at_the_split_not_later(tmp_path: Path) -> None:
+    rows = [{"prompt": f"p{i}", "chosen": "same", "rejected": "same"} for i in range(5)]
+    df, rep = load_pairs(write_jsonl(tmp_path / "ties.jsonl", rows))
+    assert df.empty and list(df.columns) == PAIR_COLUMNS and rep.dropped == {
+        "chosen_equals_rejected": 5}
+    with pytest.raises(DataError, match=r"requested 3 pairs .* only 0 pairs in 0 groups"):
+        split_by_prompt(df, {"train": 2, "test": 1}, seed=0)
+
+
+@pytest.mark.parametrize("name, payload", [
+    ("latin1.json", b"[" + NON_UTF8.strip() + b"]"),
+    ("latin1.tsv", b"prompt\tchosen\trejected\ncaf\xe9\ta\tb\n"),
+    ("latin1.jsonl.gz", gzip.compress(NON_UTF8)),
+    ("utf16.jsonl", json.dumps({"prompt": "x", "chosen": "a", "rejected": "b"}).encode("utf-16")),
+    ("cp1252.csv", "prompt,chosen,rejected\n\u201cquoted\u201d,a,b\n".encode("cp1252")),
+])
+def test_non_utf8_bytes_in_any_format_name_the_file_and_offset(tmp_path: Path, name: str,
+                                                               payload: bytes) -> None:
+    path = tmp_path / name
+    path.write_bytes(payload)
+    with pytest.raises(DataError, match=rf"{re.escape(str(path))}: not valid UTF-8 at byte "
+                                        r"offset \d+ \(line \d+\).*re-encode the file as UTF-8"):
+        load_pairs(path)
+
+
+def test_non_utf8_file_inside_a_directory(tmp_path: Path) -> None:
+    d = tmp_path / "mixed"
+    d.mkdir()
+    write_jsonl(d / "a.jsonl", pairs_rows(2))
+    (d / "b.jsonl").write_bytes(NON_UTF8)
+    with pytest.raises(DataError, match=r"b\.jsonl: not valid UTF-8"):
+        load_pairs(d)
+
+
+@pytest.mark.parametrize("call, exc, match", [
+    (lambda: load_pairs(123), ValueError, "unknown dataset '123'"),
+    (lambda: load_pairs("no-such-name"), ValueError, "unknown dataset 'no-such-name'"),
+    (lambda: load_pairs("./missing.jsonl"), FileNotFoundError, "missing.jsonl"),
+    (lambda: load_pairs("x.jsonl", column_map=["prompt"]), TypeError,
+     "column_map must be a mapping, got list"),
+    (lambda: load_pairs("x", adapter="nope", column_map={}), ValueError, "unknown adapter 'nope'"),
+])
+def test_load_pairs_wrong_argument_types(call, exc: type, match: str) -> None:
+    with pytest.raises(exc, match=match):
+        call()
+
+
+def test_load_pairs_bad_limit_and_unknown_column_map_key(tmp_path: Path) -> None:
+    path = write_jsonl(tmp_path / "d.jsonl", pairs_rows(3))
+    for limit in ("3", 1.5, True):
+        with pytest.raises(ValueError, match="limit must be a non-negative int or None"):
+            load_pairs(path, limit=limit)
+    with pytest.raises(DataError, match=r"column_map key\(s\) \['answer'\] are not fields"):
+        load_pairs(path, column_map={"answer": "chosen"})
+
+
+@pytest.mark.parametrize("mutate, match", [
+    (lambda d: d.assign(chosen=[np.nan, "yes", "yes"]), r"row 0 .*'chosen' must be a non-empty "
+                                                         r"str, got float nan"),
+    (lambda d: d.assign(rejected=["no", "  ", "no"]), r"row 1 .*'rejected' must be a non-empty"),
+    (lambda d: d.assign(prompt=pd.Series(["p", None, "p"], dtype=object)),
+     r"row 1 .*'prompt' must be a str \(may be empty\), got NoneType"),
+    (lambda d: d.assign(prompt=["p", np.nan, "p"]), r"row 1 .*'prompt' must be a str .*float nan"),
+    (lambda d: d.assign(pair_id=[1, 2, 3]), r"row 0 .*'pair_id' must be a non-empty str, got int"),
+    (lambda d: d.assign(dataset=["t", "", "t"]), r"row 1 .*'dataset' must be a non-empty str"),
+    (lambda d: d.assign(chosen=[b"yes", "yes", "yes"]), r"row 0 .*'chosen'.*got bytes"),
+    (lambda d: d.assign(prompt_turns=pd.Series([None, None, "user: hi"], dtype=object)),
+     r"row 2 .*'prompt_turns' must be None or a list of \{role, content\} dicts"),
+    (lambda d: d.assign(prompt_turns=[np.nan, None, None]), r"row 0 .*'prompt_turns'.*float nan"),
+])
+def test_validate_pairs_names_row_column_and_expected_form(mutate, match: str) -> None:
+    with pytest.raises(DataError, match="^unit: " + match):
+        validate_pairs(mutate(good_table()), "unit")
+
+
+@pytest.mark.parametrize("obj", [None, [{"pair_id": "a"}], {"pair_id": ["a"]}, "table", 5])
+def test_validate_pairs_needs_a_dataframe(obj: object) -> None:
+    with pytest.raises(DataError, match=r"unit: expected a pandas DataFrame, got"):
+        validate_pairs(obj, "unit")  # type: ignore[arg-type]
+
+
+def test_validate_pairs_accepts_an_empty_table_with_the_schema() -> None:
+    assert validate_pairs(pd.DataFrame(columns=PAIR_COLUMNS), "unit").empty
+
+
+@pytest.mark.parametrize("sizes, exc, match", [
+    ({}, ValueError, "sizes must name at least one split"),
+    ({"a": -1}, ValueError, "size of split 'a' must be >= 0, got -1"),
+    ({"a": True}, ValueError, "size of split 'a' must be an int"),
+    ({"a": "10"}, ValueError, "size of split 'a' must be an int"),
+    ({"a": None}, ValueError, "size of split 'a' must be an int"),
+    ({"a": 0.0}, ValueError, r"fraction for split 'a' must be in \(0, 1\]"),
+    ({"a": 1.5}, ValueError, r"fraction for split 'a' must be in \(0, 1\]"),
+    ({"a": float("nan")}, ValueError, r"fraction for split 'a' must be in \(0, 1\]"),
+    ({"a": 0.6, "b": 0.6}, ValueError, r"fractions add up to 1.200 > 1"),
+    ({"a": 10**9}, DataError, r"requested 1000000000 pairs"),
+])
+def test_split_by_prompt_bad_sizes(sizes: dict, exc: type, match: str) -> None:
+    with pytest.raises(exc, match=match):
+        split_by_prompt(good_table(6), sizes, seed=0)
+
+
+def test_split_by_prompt_bad_group_keys() -> None:
+    df = good_table(4)
+    with pytest.raises(DataError, match="group_key 'nope' is neither a column"):
+        split_by_prompt(df, {"a": 1}, seed=0, group_key="nope")
+    with pytest.raises(TypeError, match="group_key must be a column / meta key, a callable or None"):
+        split_by_prompt(df, {"a": 1}, seed=0, group_key=5)  # type: ignore[arg-type]
+    with pytest.raises(DataError, match="group key 'prompt' is missing for row 2"):
+        split_by_prompt(df.assign(prompt=["a", "b", None, "c"]), {"a": 1}, seed=0)
+    with pytest.raises(DataError, match="requested 1 pairs .* only 0 pairs"):
+        split_by_prompt(pd.DataFrame(columns=PAIR_COLUMNS), {"a": 1}, seed=0)
+
+
+# --------------------------------------------------------------------------- properties
+
+
+text = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=12)
+field_value = st.one_of(text, st.just(""), st.just("  "), st.none(), st.integers(), st.floats(),
+                        st.booleans(), st.lists(text, max_size=2),
+                        st.dictionaries(text, text, max_size=2))
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(rows=st.lists(st.fixed_dictionaries({"prompt": field_value, "chosen": field_value,
+                                            "rejected": field_value}), max_size=15))
+def test_property_any_rows_give_a_valid_pair_table_and_a_consistent_report(rows: list[dict]) -> None:
+    df, rep = adapt_records(rows, dataset="h")
+    assert rep.total == len(rows) == rep.kept + rep.n_dropped
+    out = validate_pairs(df, "h") if len(df) else df  # the schema holds for whatever is kept
+    assert list(out.columns) == PAIR_COLUMNS and len(out) == rep.kept
+    for c, r in zip(df["chosen"], df["rejected"]):
+        assert isinstance(c, str) and c.strip() and isinstance(r, str) and r.strip() and c != r
+    try:
+        strict, _ = adapt_records(rows, dataset="h", strict=True)
+    except DataError as err:
+        assert re.search(r"row \d+: field '\w+|<row>'", str(err)) or "row" in str(err)
+        assert rep.dropped.keys() - {"duplicate", "chosen_equals_rejected"}
+        return
+    pd.testing.assert_frame_equal(strict, df)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(n=st.integers(1, 8), row=st.integers(0, 7),
+       column=st.sampled_from(["pair_id", "dataset", "domain", "prompt", "chosen", "rejected",
+                               "prompt_turns", "meta"]),
+       bad=st.sampled_from([None, 3, 2.5, float("nan"), b"x", ["x"]]))
+def test_property_one_bad_cell_is_always_named(n: int, row: int, column: str, bad: object) -> None:
+    row = row % n
+    df = good_table(n)
+    if column == "prompt_turns" and bad is None:
+        return  # None is a valid prompt_turns
+    df[column] = df[column].astype(object)
+    df.at[row, column] = bad
+    with pytest.raises(DataError, match=rf"unit: row {row} .*column '{column}'"):
+        validate_pairs(df, "unit")
+
+
+@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(n=st.integers(0, 40), fracs=st.lists(st.floats(0.01, 0.5), min_size=1, max_size=3),
+       seed=st.integers(0, 2**16))
+def test_property_fraction_splits_have_floored_sizes_and_keep_row_order(
+        n: int, fracs: list[float], seed: int) -> None:
+    if sum(fracs) > 1:
+        fracs = [f / (sum(fracs) + 1e-6) for f in fracs]
+    df = good_table(n)
+    sizes = {f"s{i}": f for i, f in enumerate(fracs)}
+    out = split_by_prompt(df, sizes, seed=seed, group_key=None)
+    for name, f in sizes.items():
+        assert len(out[name]) == math.floor(f * n + 1e-9)
+        pos = [int(p.split(":")[1]) for p in out[name]["pair_id"]]
+        assert pos == sorted(pos)  # original order within a split
+    ids = [p for v in out.values() for p in v["pair_id"]]
+    assert len(ids) == len(set(ids)) and set(ids) <= set(df["pair_id"])
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(src=st.lists(st.integers(0, 6), min_size=8, max_size=30),
+       tgt=st.lists(st.integers(0, 12), min_size=1, max_size=20), seed=st.integers(0, 999))
+def test_property_protocol_target_tests_never_share_a_training_prompt(
+        src: list[int], tgt: list[int], seed: int) -> None:
+    def table(prompts: list[int], name: str) -> pd.DataFrame:
+        return good_table(len(prompts)).assign(
+            pair_id=[f"{name}:{i}" for i in range(len(prompts))],
+            prompt=[f"prompt {p}" for p in prompts])
+
+    sizes = {"teacher_train": 1, "w2s_train": 1, "val": 1, "source_test": 1}
+    try:
+        out = protocol_splits(table(src, "s"), {"t": table(tgt, "t")}, sizes, None, seed)
+    except DataError:
+        return  # too few whole prompt groups for the four splits
+    seen = {p for s in ("teacher_train", "w2s_train", "val") for p in out[s]["prompt"]}
+    assert not seen & set(out["target_test:t"]["prompt"])
+    assert set(out["target_test:t"]["prompt"]) == {f"prompt {p}" for p in tgt} - seen

@@ -4,12 +4,13 @@ the drift-OOD relation and the label-free OOD risk estimator."""
 from __future__ import annotations
 
 import functools
+import math
 
 import numpy as np
 import pandas as pd
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from scipy.stats import ortho_group
 
@@ -378,3 +379,109 @@ def test_ood_risk_estimator_unreliable_on_random_data():
         OODRiskEstimator().fit([0.1, 0.2], [1.0])
     with pytest.raises(RuntimeError, match="not fitted"):
         OODRiskEstimator().predict(0.1)
+
+
+# --------------------------------------------------------------------------- drift: bad input
+
+
+def _xy(n: int = 20, d: int = 5, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(n, d))
+    return x, x @ rng.normal(size=(d, d)) + 0.1 * rng.normal(size=(n, d))
+
+
+def _with(x: np.ndarray, value: float) -> np.ndarray:
+    y = x.copy()
+    y[3, 1] = value
+    return y
+
+
+X, Y = _xy()
+
+DRIFT_CASES = [
+    ("cka +inf", lambda: linear_cka(_with(X, np.inf), Y), r"X contains NaN or inf"),
+    ("cka -inf in Y", lambda: linear_cka(X, _with(Y, -np.inf), split="t"),
+     r"Y contains NaN or inf \(split 't'\)"),
+    ("cka torch NaN", lambda: linear_cka(torch.tensor(_with(X, np.nan)), torch.tensor(Y)),
+     "X contains NaN or inf"),
+    ("cka strings", lambda: linear_cka(np.array([["a"] * 3] * 4), Y[:4]), "real-valued array"),
+    ("cka objects", lambda: linear_cka(np.array([[1, None]] * 4, dtype=object), Y[:4, :2]),
+     "real-valued array, got dtype object"),
+    ("cka 3-D", lambda: linear_cka(X.reshape(4, 5, 5), Y[:4]), "must be 2-D"),
+    ("cka no features", lambda: linear_cka(np.zeros((5, 0)), Y[:5]), "has no features"),
+    ("cka zero rows", lambda: linear_cka(np.zeros((0, 5)), np.zeros((0, 5))),
+     "needs at least 2 rows, got 0"),
+    ("cka huge", lambda: linear_cka(X * 1e200, Y), r"(could not be computed accurately|constant)"),
+    ("cka huge debiased", lambda: linear_cka(X * 1e200, Y, debiased=True),
+     r"(could not be computed accurately|not positive|constant)"),
+    ("streaming inf", lambda: StreamingCKA(layer=4).update(_with(X, np.inf), Y),
+     r"X contains NaN or inf \(layer 4\)"),
+    ("cosine nan", lambda: cosine_drift(_with(X, np.nan), Y, layer=2),
+     r"student contains NaN or inf \(layer 2\)"),
+    ("cosine inf ref", lambda: cosine_drift(X, _with(Y, np.inf)), r"reference contains NaN or inf"),
+    ("cosine rows", lambda: cosine_drift(X, Y[:5]), r"must align row by row, got 20 and 5 rows"),
+    ("table inf", lambda: drift_table({"tgt": {2: X}}, {"tgt": {2: _with(Y, np.inf)}}),
+     r"reference contains NaN or inf \(layer 2, split 'tgt'\)"),
+    ("table nan student", lambda: drift_table({"src": {0: _with(X, np.nan)}}, {"src": {0: Y}}),
+     r"student contains NaN or inf \(layer 0, split 'src'\)"),
+]
+
+
+@pytest.mark.parametrize("name, call, match", DRIFT_CASES, ids=[c[0] for c in DRIFT_CASES])
+def test_drift_measures_raise_instead_of_returning_nan(name: str, call, match: str) -> None:
+    with np.errstate(all="ignore"), pytest.raises(DriftError, match=match):
+        call()
+
+
+def _relation_runs(n: int = 6) -> pd.DataFrame:
+    return pd.DataFrame({"cosine_mean": np.linspace(0.1, 0.5, n), "aog": np.linspace(0.05, -0.05, n)})
+
+
+RELATION_CASES = [
+    ("nan drift", lambda: drift_ood_relation(_relation_runs().assign(cosine_mean=[0.1, np.nan, .2, .3, .4,
+                                                                          .5])),
+     "contain NaN or inf"),
+    ("inf gain", lambda: drift_ood_relation(_relation_runs().assign(aog=[0, 1, np.inf, 2, 3, 4])),
+     "contain NaN or inf"),
+    ("missing column", lambda: drift_ood_relation(_relation_runs(), drift_col="cka"),
+     r"column 'cka' not in runs"),
+    ("two runs", lambda: drift_ood_relation(_relation_runs(2)), "need at least 3 runs"),
+    ("constant", lambda: drift_ood_relation(_relation_runs().assign(aog=0.0)), "is constant across runs"),
+    ("fit nan", lambda: OODRiskEstimator().fit([0.1, np.nan, 0.3], [1, 2, 3]), "contain NaN or inf"),
+    ("fit lengths", lambda: OODRiskEstimator().fit([0.1, 0.2, 0.3], [1, 2]), "differ in length"),
+    ("fit one run", lambda: OODRiskEstimator().fit([0.1], [1.0]), "need at least 2 runs"),
+    ("predict inf", lambda: OODRiskEstimator(n_boot=50).fit([.1, .2, .3, .4], [4, 3, 2, 1])
+     .predict(np.inf), "drift_value contains NaN or inf"),
+]
+
+
+@pytest.mark.parametrize("name, call, match", RELATION_CASES, ids=[c[0] for c in RELATION_CASES])
+def test_drift_ood_relation_bad_input(name: str, call, match: str) -> None:
+    with pytest.raises(DriftError, match=match):
+        call()
+
+
+def test_ood_risk_predict_before_fit_and_unreliable_gives_none_not_nan() -> None:
+    with pytest.raises(RuntimeError, match="not fitted; call fit"):
+        OODRiskEstimator().predict(0.1)
+    weak = OODRiskEstimator(n_boot=100, seed=0).fit([0.1, 0.2, 0.3], [1.0, -1.0, 0.5])
+    pred = weak.predict(0.2)
+    assert not pred.reliable and pred.gain is None and "too weak" in pred.status
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(n=st.integers(2, 12), d=st.integers(1, 4), log_scale=st.integers(-300, 300),
+       seed=st.integers(0, 2**16), debiased=st.booleans())
+def test_cka_is_finite_in_range_or_an_error_at_any_scale(n: int, d: int, log_scale: int,
+                                                         seed: int, debiased: bool) -> None:
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(n, d)) * 10.0 ** log_scale
+    y = rng.normal(size=(n, d))
+    try:
+        with np.errstate(all="ignore"):
+            value = linear_cka(x, y, debiased=debiased)
+    except DriftError:
+        return
+    assert math.isfinite(value)
+    if not debiased:
+        assert -1e-9 <= value <= 1 + 1e-9

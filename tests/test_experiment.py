@@ -7,10 +7,20 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import yaml
+from conftest import write_yaml_text
 from tiny_project import tiny_config
 
 import anchorviz.experiment as ex
-from anchorviz.experiment import ConfigError, SweepConfig, config_from_dict, run, sweep
+from anchorviz.experiment import (
+    ConfigError,
+    SweepConfig,
+    config_from_dict,
+    load_config,
+    load_sweep,
+    run,
+    sweep,
+)
 
 
 def test_one_run_writes_the_documented_layout(tmp_path, count_training):
@@ -188,3 +198,130 @@ def test_target_modes_plant_the_cue_in_the_targets_only(tmp_path):
     assert list(rev[t]["pair_id"]) == list(absent[t]["pair_id"])  # the same target pairs
     for s in ("teacher_train", "w2s_train", "val", "source_test"):
         assert list(rev[s]["chosen"]) == list(absent[s]["chosen"])
+
+
+# --------------------------------------------------------------------------- config loader: bad input
+
+
+@pytest.mark.parametrize("text, match", [
+    ("data: [1, 2\n", "not valid YAML"),
+    ("- 1\n- 2\n", "expected a mapping of settings, got list"),
+    ("just a string\n", "expected a mapping of settings, got str"),
+    ("data: 5\n", r"\.data: expected a mapping of settings, got int"),
+    ("seed: x\n", r"\.seed: expected int, got 'x'"),
+    ("seed: 1.5\n", r"\.seed: expected int, got 1.5"),
+    ("seed: true\n", r"\.seed: expected int, got True"),
+    ("data: {targets: vader-amazon}\n", r"\.data\.targets: expected list"),
+    ("models: {trust_remote_code: maybe}\n", r"\.models\.trust_remote_code: expected bool"),
+    ("capture: {n_boot: true}\n", r"\.capture\.n_boot: expected int"),
+    ("student_train: {lr: fast}\n", r"\.student_train\.lr: expected float, got 'fast'"),
+    ("mehtod: {name: naive}\n", r"unknown key\(s\) \['mehtod'\]"),
+    ("method: {name: anchor, anchor_lambda: .nan}\n", "anchor_lambda must be a finite number >= 0"),
+    ("method: {name: anchor, anchor_lambda: .inf}\n", "anchor_lambda must be a finite number >= 0"),
+    ("method: {name: anchor, anchor_lambda: -1e-4}\n", "anchor_lambda must be a finite number"),
+    ("method: {name: anchor, anchor_lambda: 1, anchor_layers: '3,x'}\n", "anchor_layers must be "
+     r"'last', 'middle', 'all' or comma-separated layer indices"),
+    ("method: {name: anchor, anchor_lambda: 1, anchor_layers: '-1'}\n", "anchor_layers must be"),
+    ("method: {name: anchor, anchor_lambda: 1, anchor_layers: ''}\n", "anchor_layers must be"),
+    ("method: {name: anchor, anchor_lambda: 1, anchor_layers: 3}\n", r"anchor_layers: expected str"),
+    ("method: {name: sft}\n", "method.name must be one of"),
+    ("method: {label_temperature: 0}\n", "label_temperature must be > 0"),
+    ("data: {artifact_strength: -0.1}\n", r"artifact_strength must be in \[0, 1\]"),
+    ("data: {artifact_strength: .nan}\n", r"artifact_strength must be in \[0, 1\]"),
+    ("data: {w2s_train: 0}\n", "data.w2s_train must be >= 1 pairs"),
+    ("data: {targets: []}\n", "data.targets must list at least one target"),
+    ("teacher_train: {lr: .nan}\n", r"teacher_train: invalid training setting\(s\): lr=nan"),
+    ("teacher_train: {lr: .inf}\n", r"teacher_train: invalid training setting\(s\): lr=inf"),
+    ("student_train: {batch_size: 0}\n", r"student_train: invalid .*batch_size=0"),
+    ("student_train: {warmup_frac: 1.0}\n", r"student_train: invalid .*warmup_frac=1.0"),
+    ("models: {dtype: float16}\n", "models.dtype must be float32 or bfloat16"),
+])
+def test_load_config_rejects_bad_values_naming_the_key(tmp_path: Path, text: str, match: str) -> None:
+    with pytest.raises(ConfigError, match=match):
+        load_config(write_yaml_text(tmp_path, text))
+
+
+def test_load_config_missing_non_utf8_and_directory(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"config file .*nope\.yaml does not exist"):
+        load_config(tmp_path / "nope.yaml")
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_config(tmp_path)
+    path = tmp_path / "latin1.yaml"
+    path.write_bytes(b"seed: 0\ndata: {source: caf\xe9}\n")
+    with pytest.raises(ConfigError, match=r"latin1\.yaml: not valid YAML"):
+        load_config(path)
+    with pytest.raises(ConfigError, match="the config file is empty"):  # not a silent default run
+        load_config(write_yaml_text(tmp_path, ""))
+    assert load_config(write_yaml_text(tmp_path, "{}\n")).seed == 0  # all defaults, on purpose
+
+
+EVIL_YAML = [
+    "!!python/object/apply:os.system ['touch {marker}']\n",
+    "seed: 0\ndata: !!python/object/apply:os.system ['touch {marker}']\n",
+    "base: !!python/object/apply:subprocess.check_call [['touch', '{marker}']]\n",
+    "grid: {{methods: !!python/object/new:os.system ['touch {marker}']}}\n",
+    "seed: !!python/name:os.system\n",
+]
+
+
+@pytest.mark.parametrize("template", EVIL_YAML)
+@pytest.mark.parametrize("loader", [load_config, load_sweep])
+def test_yaml_python_tags_are_rejected_without_executing(tmp_path: Path, template: str,
+                                                         loader) -> None:
+    marker = tmp_path / "pwned"
+    path = write_yaml_text(tmp_path, template.format(marker=marker))
+    with pytest.raises(ConfigError, match=r"not valid YAML .*(python|constructor|tag)"):
+        loader(path)
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("sweep, match", [
+    ([1, 2], "expected a mapping with 'base' and 'grid'"),
+    ({"base": {}, "grid": {"methods": "naive"}}, r"grid\.methods: expected a non-empty list"),
+    ({"grid": {"methods": []}}, r"grid\.methods: expected a non-empty list"),
+    ({"grid": {"lambdas": [1]}}, r"grid: unknown key\(s\) \['lambdas'\]"),
+    ({"grid": {"methods": ["sft"]}}, r"grid\.methods: 'sft' is not one of"),
+    ({"grid": {"anchor_lambdas": [-1.0]}}, r"anchor_lambdas: -1.0 must be a finite number >= 0"),
+    ({"grid": {"anchor_lambdas": [float("nan")]}}, r"anchor_lambdas: nan must be a finite"),
+    ({"grid": {"anchor_lambdas": ["big"]}}, r"anchor_lambdas: 'big' must be a finite number"),
+    ({"grid": {"anchor_layers": ["3,x"]}}, "anchor_layers must be 'last'"),
+    ({"grid": {"artifact_strengths": [2.0]}}, r"artifact_strength must be in \[0, 1\]"),
+    ({"grid": {"seeds": ["a"]}}, r"seed: expected int"),
+    ({"base": {"data": {"sorce": "x"}}}, r"base\.data: unknown key"),
+    ({"extra": 1}, r"unknown key\(s\) \['extra'\]"),
+])
+def test_load_sweep_rejects_bad_grids(tmp_path: Path, sweep: object, match: str) -> None:
+    path = write_yaml_text(tmp_path, yaml.safe_dump(sweep), "s.yaml")
+    with pytest.raises(ConfigError, match=match):
+        load_sweep(path)
+
+
+def test_config_from_dict_rejects_non_mappings() -> None:
+    for bad in ([1], "x", 3):
+        with pytest.raises(ConfigError, match="expected a mapping of settings"):
+            config_from_dict(bad)  # type: ignore[arg-type]
+
+
+# --------------------------------------------------------------------------- untrusted files: remote code
+
+
+def test_trust_remote_code_is_false_unless_the_config_says_so(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import transformers
+
+    seen: list[tuple[str, object, object]] = []
+    for cls in (transformers.AutoModel, transformers.AutoTokenizer):
+        real = cls.from_pretrained.__func__
+
+        def spy(klass, path, *a, _real=real, _name=cls.__name__, **k):
+            seen.append((_name, k.get("trust_remote_code", "unset"), k.get("use_safetensors")))
+            return _real(klass, path, *a, **k)
+
+        monkeypatch.setattr(cls, "from_pretrained", classmethod(spy))
+    cfg = tiny_config(tmp_path)
+    assert cfg.models.trust_remote_code is False and ex.RunConfig().models.trust_remote_code is False
+    ex._load(cfg, "student")
+    assert seen == [("AutoTokenizer", False, None), ("AutoModel", False, True)]
+    seen.clear()
+    ex._load(ex.with_overrides(cfg, **{"models.trust_remote_code": True}), "teacher")
+    assert [s[1] for s in seen] == [True, True]

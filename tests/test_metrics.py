@@ -329,3 +329,76 @@ def test_accuracy_by_group_worked_example():
         accuracy_by_group(correct, groups[:-1])
     with pytest.raises(ValueError, match="0, 0.5 and 1"):
         accuracy_by_group([0.3] * 6, groups)
+
+
+# --------------------------------------------------------------------------- properties
+
+
+correct01 = st.lists(st.sampled_from([0.0, 0.5, 1.0]), min_size=1, max_size=30)
+
+
+@settings(max_examples=60, deadline=None)
+@given(t_id=correct01, s_id=correct01, t_ood=correct01, s_ood=correct01,
+       seed=st.integers(0, 2**16))
+def test_property_paired_bootstrap_is_ordered_bounded_and_nts_below_aog(
+        t_id: list[float], s_id: list[float], t_ood: list[float], s_ood: list[float],
+        seed: int) -> None:
+    k, m = min(len(t_id), len(s_id)), min(len(t_ood), len(s_ood))
+    res = paired_bootstrap_transfer(t_id[:k], s_id[:k], t_ood[:m], s_ood[:m], n_boot=200,
+                                    seed=seed)
+    point = transfer_scores(np.mean(t_id[:k]), np.mean(t_ood[:m]), np.mean(s_id[:k]),
+                            np.mean(s_ood[:m]))
+    for key, lowest in (("wrg", -1), ("aog", -1), ("nts", -2)):  # NTS = AOG - an ID loss
+        iv = res[key]
+        assert all(math.isfinite(v) and lowest - 1e-12 <= v <= 1 + 1e-12 for v in iv)
+        assert iv.lo <= iv.hi and iv.point == pytest.approx(point[key])
+    # NTS <= AOG on every resample, hence for every quantile
+    assert res["nts"].lo <= res["aog"].lo + 1e-12 and res["nts"].hi <= res["aog"].hi + 1e-12
+    assert paired_bootstrap_transfer(t_id[:k], s_id[:k], t_ood[:m], s_ood[:m], n_boot=200,
+                                     seed=seed) == res
+
+
+@settings(max_examples=60, deadline=None)
+@given(correct=correct01, n_boot=st.integers(1, 300), seed=st.integers(0, 2**16))
+def test_property_bootstrap_ci_is_within_the_observed_range(correct: list[float], n_boot: int,
+                                                            seed: int) -> None:
+    iv = bootstrap_accuracy_ci(correct, n_boot=n_boot, seed=seed)
+    assert iv.point == pytest.approx(np.mean(correct))
+    assert min(correct) <= iv.lo <= iv.hi <= max(correct)
+
+
+@settings(max_examples=60, deadline=None)
+@given(pairs=st.lists(st.tuples(st.integers(-50, 50), st.integers(-50, 50)), min_size=1,
+                      max_size=30), a=st.integers(1, 5), b=st.integers(-10, 10))
+def test_property_accuracy_is_invariant_to_increasing_maps_and_antisymmetric(
+        pairs: list[tuple[int, int]], a: int, b: int) -> None:
+    c = np.array([p[0] for p in pairs], dtype=float)
+    r = np.array([p[1] for p in pairs], dtype=float)
+    assert pairwise_accuracy(a * c + b, a * r + b) == pairwise_accuracy(c, r)
+    np.testing.assert_array_equal(per_pair_correct(c, r) + per_pair_correct(r, c), 1.0)
+
+
+@settings(max_examples=60, deadline=None)
+@given(t=st.floats(0, 1), c=st.floats(0, 1), s=st.floats(0, 1))
+def test_property_pgr_is_none_only_without_a_gap_and_finite_otherwise(t: float, c: float,
+                                                                      s: float) -> None:
+    value = pgr(student=s, teacher=t, ceiling=c)
+    if abs(c - t) <= 1e-12:
+        assert value is None
+    else:
+        assert value is not None and math.isfinite(value)
+        assert pgr(student=t, teacher=t, ceiling=c) == 0.0
+        assert pgr(student=c, teacher=t, ceiling=c) == pytest.approx(1.0)
+
+
+@settings(max_examples=60, deadline=None)
+@given(values=st.lists(st.floats(-1, 1), min_size=1, max_size=10), confidence=st.floats(0.5, 0.99))
+def test_property_seed_summary_mean_inside_range_and_order_free(values: list[float],
+                                                               confidence: float) -> None:
+    s = seed_summary(values, confidence)
+    assert min(values) - 1e-12 <= s.mean <= max(values) + 1e-12
+    if len(values) >= 2:
+        assert s.std >= 0 and s.half_width >= 0
+        assert seed_summary(values[::-1], confidence).half_width == pytest.approx(s.half_width)
+    else:
+        assert math.isnan(s.std) and math.isnan(s.half_width)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import re
 import shutil
 from pathlib import Path
 
@@ -484,3 +485,32 @@ def test_export_svg_with_kaleido(sweep, tmp_path):
         labels=pd.DataFrame({"q": [0.2, 0.6, 0.7, 0.9]})), tmp_path / "q.svg", fallback=False)
     assert out.suffix == ".svg" and out.read_text()[:200].lstrip().startswith("<svg")
     assert math.isfinite(out.stat().st_size) and out.stat().st_size > 1000
+
+
+# --------------------------------------------------------------------------- plots: bad input
+
+
+def test_plots_name_missing_directories_and_tables(tmp_path: Path) -> None:
+    plots = pytest.importorskip("anchorviz.plots", reason="anchorviz.plots not importable")
+    missing = tmp_path / "no-sweep"
+    with pytest.raises(FileNotFoundError, match=rf"sweep directory {re.escape(str(missing))} "
+                                                "does not exist"):
+        plots.load_results(missing)
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        plots.accuracy_figure(missing)
+    empty = tmp_path / "empty"
+    (empty / "runs").mkdir(parents=True)
+    with pytest.raises(FileNotFoundError, match=r"no results table .*the sweep may still be running"):
+        plots.load_results(empty)
+    with pytest.raises(FileNotFoundError, match="run directory .* does not exist"):
+        plots.load_run_table(empty / "runs" / "naive-x", "scores")
+    (empty / "runs" / "naive-x").mkdir()
+    with pytest.raises(FileNotFoundError, match=r"drift\.parquet does not exist"):
+        plots.load_run_table(empty / "runs" / "naive-x", "drift")
+    with pytest.raises(ValueError, match="unknown run table 'bogus'"):
+        plots.load_run_table(empty / "runs" / "naive-x", "bogus")
+    with pytest.raises(FileNotFoundError, match=r"run 'nope': directory .* does not exist"):
+        plots.run_path(empty, "nope")
+    (empty / "file").write_text("x")
+    with pytest.raises(FileNotFoundError, match="is not a directory"):
+        plots.load_results(empty / "file")

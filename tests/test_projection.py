@@ -7,6 +7,7 @@ import os
 
 import numpy as np
 import pytest
+import torch
 
 from anchorviz import projection
 from anchorviz.projection import SharedProjection
@@ -154,3 +155,59 @@ def test_a_projection_leaves_torchs_thread_count_alone():
                          timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split() == ["1", "1"]
+
+
+# --------------------------------------------------------------------------- projection: bad input
+
+
+def _xy(n: int = 20, d: int = 5, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(n, d))
+    return x, x @ rng.normal(size=(d, d)) + 0.1 * rng.normal(size=(n, d))
+
+
+def _with(x: np.ndarray, value: float) -> np.ndarray:
+    y = x.copy()
+    y[3, 1] = value
+    return y
+
+
+X, Y = _xy()
+
+PROJECTION_CASES = [
+    ("fit nan", lambda: SharedProjection(method="pca").fit(_with(X, np.nan)),
+     r"fit\(X_reference\): 1 row\(s\) contain NaN or inf"),
+    ("fit inf", lambda: SharedProjection(method="pca").fit(_with(X, np.inf)), "contain NaN or inf"),
+    ("fit overflow", lambda: SharedProjection(method="pca").fit(X * 1e300), "contain NaN or inf"),
+    ("fit torch nan", lambda: SharedProjection(method="pca").fit(torch.tensor(_with(X, np.nan))),
+     "contain NaN or inf"),
+    ("fit empty", lambda: SharedProjection(method="pca").fit(np.zeros((0, 4))),
+     r"expected a non-empty array, got shape \(0, 4\)"),
+    ("fit no features", lambda: SharedProjection(method="pca").fit(np.zeros((5, 0))),
+     "non-empty array"),
+    ("fit 1-D", lambda: SharedProjection().fit(np.zeros(5)), "expected a 2-D array"),
+    ("too many components", lambda: SharedProjection(method="pca", n_components=8).fit(X),
+     r"n_components=8 needs at least that many rows and features, got shape \(20, 5\)"),
+    ("zero components", lambda: SharedProjection(n_components=0).fit(X),
+     "n_components must be a positive integer"),
+    ("one neighbour", lambda: SharedProjection(n_neighbors=1).fit(X), "n_neighbors must be at least 2"),
+    ("negative min_dist", lambda: SharedProjection(min_dist=-1.0).fit(X), "min_dist must be >= 0"),
+    ("transform nan", lambda: SharedProjection(method="pca").fit(X).transform(_with(X, np.nan)),
+     r"transform\(X\): 1 row\(s\) contain NaN or inf"),
+    ("transform width", lambda: SharedProjection(method="pca").fit(X).transform(X[:, :3]),
+     r"expected 5 features \(as in fit\), got 3"),
+]
+
+
+@pytest.mark.parametrize("name, call, match", PROJECTION_CASES,
+                         ids=[c[0] for c in PROJECTION_CASES])
+def test_projection_bad_input(name: str, call, match: str) -> None:
+    with np.errstate(all="ignore"), pytest.raises(ValueError, match=match):
+        call()
+
+
+def test_projection_output_is_finite_for_extreme_but_finite_states() -> None:
+    proj = SharedProjection(method="pca").fit(X * 1e15)
+    assert np.isfinite(proj.transform(Y * 1e15)).all() and np.isfinite(proj.embedding_).all()
+    with pytest.raises(RuntimeError, match="not fitted"):
+        SharedProjection().transform(X)

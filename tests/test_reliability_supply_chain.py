@@ -2,7 +2,11 @@
 matched. A local package index serves a fake ``vaderSentiment-3.3.2.tar.gz`` whose in-tree
 build backend writes a marker file when imported, as ``pip download`` would (it prepares the
 metadata of an sdist, i.e. runs its build code): the download must fail on the hash and the
-marker must not exist."""
+marker must not exist.
+
+And nothing in the package deserialises untrusted bytes or runs remote code: a grep of its
+source (strings and comments blanked) for pickle loads, torch.load without weights_only, unsafe
+YAML loaders, hard-coded trust_remote_code=True, eval/exec and shell=True."""
 
 from __future__ import annotations
 
@@ -11,12 +15,16 @@ import hashlib
 import http.server
 import io
 import json
+import re
 import tarfile
 import threading
+import tokenize
 from pathlib import Path
 
+import numpy as np
 import pytest
 
+import anchorviz
 from anchorviz import vader
 from anchorviz.paths import file_sha256
 from anchorviz.vader import VADER_SDIST_NAME, VADER_SDIST_SHA256, VaderDataError, ensure_vader_sdist
@@ -143,3 +151,72 @@ def test_no_pip_and_no_subprocess_in_the_download_path():
 
     src = inspect.getsource(vader)
     assert "subprocess" not in src and "sys.executable" not in src  # no pip is ever started
+
+
+# --------------------------------------------------------------------------- no unsafe deserialisation or remote code in the package
+
+
+PACKAGE = Path(anchorviz.__file__).parent
+
+
+def _code_without_strings_and_comments(path: Path) -> str:
+    """The source with every string literal and comment blanked (docstrings may name APIs)."""
+    src = path.read_text(encoding="utf-8")
+    lines = src.splitlines(keepends=True)
+    offsets = np.cumsum([0] + [len(x) for x in lines])
+    chars = list(src)
+    for tok in tokenize.generate_tokens(io.StringIO(src).readline):
+        if tok.type in (tokenize.STRING, tokenize.COMMENT):
+            a = offsets[tok.start[0] - 1] + tok.start[1]
+            b = offsets[tok.end[0] - 1] + tok.end[1]
+            for i in range(a, b):
+                if chars[i] != "\n":
+                    chars[i] = " "
+    return "".join(chars)
+
+
+FORBIDDEN = {
+    "pickle / dill / joblib loads": r"\b(c?pickle|dill|cloudpickle|joblib)\s*\.\s*loads?\s*\(",
+    "torch.load without weights_only=True": r"torch\s*\.\s*load\s*\((?![^)]*weights_only\s*=\s*True)",
+    "torch.save (pickles)": r"torch\s*\.\s*save\s*\(",
+    # store._StrictLoader is a SafeLoader subclass (checked below) that refuses duplicate keys
+    "yaml.load without a safe loader":
+        r"yaml\s*\.\s*load\s*\((?![^)]*Loader\s*=\s*((yaml\.)?C?SafeLoader|_StrictLoader)\b)",
+    "yaml.unsafe_load / full_load": r"yaml\s*\.\s*(unsafe_load|full_load|load_all)\s*\(",
+    "hard-coded trust_remote_code=True": r"trust_remote_code\s*=\s*True",
+    "numpy allow_pickle=True": r"allow_pickle\s*=\s*True",
+    "pandas read_pickle": r"read_pickle\s*\(",
+    "eval / exec": r"(?<![\w.])(eval|exec)\s*\(",
+    "shell=True": r"shell\s*=\s*True",
+}
+
+
+def test_no_unsafe_deserialisation_or_remote_code_in_the_package() -> None:
+    import yaml
+
+    from anchorviz.store import _StrictLoader
+
+    assert issubclass(_StrictLoader, yaml.SafeLoader)
+    assert _StrictLoader.yaml_constructors.get("tag:yaml.org,2002:python/object/apply") is None
+    files = sorted(PACKAGE.rglob("*.py"))
+    assert len(files) >= 10
+    hits = []
+    for path in files:
+        code = _code_without_strings_and_comments(path)
+        for what, rx in FORBIDDEN.items():
+            for m in re.finditer(rx, code):
+                line = code.count("\n", 0, m.start()) + 1
+                hits.append(f"{path.relative_to(PACKAGE.parent)}:{line}: {what}")
+    assert hits == []
+
+
+def test_the_grep_finds_what_it_looks_for(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.py"
+    bad.write_text('"""torch.load(x) in a docstring is fine"""\nimport torch, yaml, pickle\n'
+                   "a = torch.load(p)\nb = yaml.load(s)\nc = pickle.loads(d)\n"
+                   "m = f(trust_remote_code=True)\nok = torch.load(p, weights_only=True)\n"
+                   "ok2 = yaml.load(s, Loader=yaml.SafeLoader)\n")
+    code = _code_without_strings_and_comments(bad)
+    found = {what for what, rx in FORBIDDEN.items() if re.search(rx, code)}
+    assert found == {"torch.load without weights_only=True", "yaml.load without a safe loader",
+                     "pickle / dill / joblib loads", "hard-coded trust_remote_code=True"}

@@ -308,3 +308,17 @@ def test_config_hash_ignores_key_order_and_sees_every_value(d: dict) -> None:
     assert len(config_hash(d)) == 12
     changed = {**d, "__extra__": 1}
     assert config_hash(changed) != config_hash(d)
+
+
+# --------------------------------------------------------------------------- untrusted keys
+
+
+def test_run_and_shared_keys_with_path_traversal_are_rejected(tmp_path: Path) -> None:
+    from anchorviz.store import RunStore
+
+    store = RunStore(tmp_path / "sweep")
+    for bad in ("../x", "/abs", "a/b", "..", "x\n"):
+        for call in (store.run_dir, store.shared_dir, store.begin):
+            with pytest.raises(ValueError, match="is not allowed"):
+                call(bad)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["sweep"]

