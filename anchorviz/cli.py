@@ -94,7 +94,7 @@ def _verdict(df) -> str:
     """Plain-words reading of the table, computed from it by the one verdict function
     (`anchorviz.summary.verdict_lines`: per-seed numbers, the failure-mode verdict with seed
     intervals, pooled and per target, and ANCHOR vs naive); never a canned conclusion."""
-    from anchorviz.summary import verdict_lines
+    from anchorviz.analysis.summary import verdict_lines
 
     return "\n".join(verdict_lines(df))
 
@@ -118,7 +118,7 @@ def cmd_demo(args) -> int:
     # the folder may also hold other scenarios' runs (another --scenario, the notebooks): the
     # table and the verdict are this demo's runs only
     from anchorviz.experiment import expand_sweep
-    from anchorviz.runner import build_graph
+    from anchorviz.pipeline.runner import build_graph
 
     own = {n.id for n in build_graph(expand_sweep(sw)) if n.kind != "reference"}
     df = df[df["run_id"].isin(own)].reset_index(drop=True)
@@ -131,7 +131,7 @@ def cmd_demo(args) -> int:
 
 
 def _write_report(out: str | Path, path: str | Path | None = None) -> Path:
-    from anchorviz.report import write_report
+    from anchorviz.viz.report import write_report
 
     return write_report(out, path)
 
@@ -284,8 +284,8 @@ def cmd_report(args) -> int:
     report = _write_report(path, args.output)
     print(f"HTML report: {report}")
     if getattr(args, "figures", None):
-        from anchorviz.plots import ExportError
-        from anchorviz.report import write_figures
+        from anchorviz.viz.plots import ExportError
+        from anchorviz.viz.report import write_figures
 
         folder = Path(report).parent / "figures"
         try:
@@ -301,7 +301,7 @@ def cmd_report(args) -> int:
 
 def cmd_analyse(args) -> int:
     """Analyse a reward model trained elsewhere against its base (`anchorviz.analyse`)."""
-    from anchorviz.analyse import analyse, summary_lines
+    from anchorviz.pipeline.analyse import analyse, summary_lines
 
     res = analyse(args.model, args.reference, args.source, args.targets, args.unlabelled,
                   args.out, name=args.name, pairs=args.pairs, max_length=args.max_length,
@@ -328,7 +328,7 @@ def _columns(header: list[str], rows: list[list[str]]) -> str:
 
 
 def cmd_datasets(args) -> int:
-    from anchorviz.data import list_datasets
+    from anchorviz.data.pairs import list_datasets
 
     t = list_datasets(local=True)
     def cell(x) -> str:  # pandas holds a missing value as None or NaN
@@ -346,7 +346,7 @@ def cmd_datasets(args) -> int:
 
 
 def cmd_models(args) -> int:
-    from anchorviz.zoo import list_models
+    from anchorviz.models.zoo import list_models
 
     rows = [[m["name"], m.get("kind", ""), str(m.get("n_layers", "")), m.get("licence", ""),
              "yes" if m.get("prepared") else "no", m.get("path") or "-",
@@ -531,12 +531,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from anchorviz.data import DataError
+    from anchorviz.data.pairs import DataError
     from anchorviz.experiment import ConfigError
-    from anchorviz.losses import NonFiniteLossError
-    from anchorviz.models import ModelError
-    from anchorviz.store import StoreError
-    from anchorviz.tokenization import TokenizationError
+    from anchorviz.models.reward_model import ModelError
+    from anchorviz.models.tokenization import TokenizationError
+    from anchorviz.pipeline.store import StoreError
+    from anchorviz.training.losses import NonFiniteLossError
 
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,

@@ -35,9 +35,9 @@ import numpy as np
 import pandas as pd
 import torch
 
-from anchorviz.losses import is_layer_spec
-from anchorviz.metrics import pairwise_accuracy
-from anchorviz.train import Objective, TrainConfig, score_pairs, train_reward_model
+from anchorviz.analysis.metrics import pairwise_accuracy
+from anchorviz.training.loop import Objective, TrainConfig, score_pairs, train_reward_model
+from anchorviz.training.losses import is_layer_spec
 
 logger = logging.getLogger(__name__)
 
@@ -151,7 +151,7 @@ class RunConfig:
         if m.name not in METHODS:
             raise ConfigError(f"method.name must be one of {METHODS}, got {m.name!r}")
         if m.name == "seam":
-            from anchorviz.seam import check_generative
+            from anchorviz.training.seam import check_generative
 
             try:
                 check_generative(self.models.student)
@@ -208,7 +208,7 @@ class RunConfig:
             raise ConfigError(f"models.dtype must be float32 or bfloat16, got {self.models.dtype!r}")
         if self.capture.projection not in ("auto", "umap", "pca", "none"):
             raise ConfigError(f"capture.projection must be auto|umap|pca|none, got {self.capture.projection!r}")
-        from anchorviz.train import TrainError
+        from anchorviz.training.loop import TrainError
 
         for name in ("teacher_train", "student_train"):
             try:
@@ -216,7 +216,7 @@ class RunConfig:
             except TrainError as err:  # say which of the two sections
                 raise ConfigError(f"{name}: {err}") from None
         self._validate_more()
-        from anchorviz.tracking import TrackingError, check_report_to
+        from anchorviz.training.tracking import TrackingError, check_report_to
 
         try:
             self.report_to = check_report_to(self.report_to)
@@ -227,7 +227,7 @@ class RunConfig:
     def _validate_more(self) -> None:
         """The checks that once passed validation and failed only after the teacher had trained
         (or passed silently): devices, capture settings, sizes, names, the protocol's inputs."""
-        from anchorviz.models import POOLINGS
+        from anchorviz.models.reward_model import POOLINGS
 
         d, m, c = self.data, self.method, self.capture
         for name in ("teacher_train", "student_train"):
@@ -280,7 +280,7 @@ def _check_model_name(name: str, where: str) -> None:
     """`ConfigError` naming ``where`` unless ``name`` is a zoo model, an existing local folder
     or a plausible hub id (``org/name``): checked before anything trains, so a misspelt student
     fails now, not after the teacher has trained. Nothing is downloaded or prepared here."""
-    from anchorviz.zoo import ZOO, _unknown_message
+    from anchorviz.models.zoo import ZOO, _unknown_message
 
     if name in ZOO:
         return
@@ -359,7 +359,7 @@ def check_dataset_entry(entry: Any, where: str) -> None:
         if not ok:
             raise ConfigError(f"{where}.column_map.{k}: expected a column name (or null: no "
                               f"such column, or a list of candidate names), got {v!r}")
-    from anchorviz.data import ADAPTERS
+    from anchorviz.data.pairs import ADAPTERS
 
     manifests = _dataset_manifests()
     adapter = manifests[path]["adapter"] if path in manifests else "pairs"
@@ -376,7 +376,7 @@ def load_dataset_entry(entry: str | dict):
     """``(pairs, drop report)`` of a ``data.source`` / ``data.targets`` entry through
     `anchorviz.data.load_pairs`, with the entry's ``column_map`` and its ``name`` as the domain
     label. A file whose columns do not fit says how to write the ``column_map`` in a config."""
-    from anchorviz.data import DataError, load_pairs
+    from anchorviz.data.pairs import DataError, load_pairs
 
     path = dataset_path(entry)
     kwargs: dict[str, Any] = {}
@@ -438,7 +438,7 @@ _MANIFESTS: dict[str, dict] = {}
 def _dataset_manifests() -> dict[str, dict]:
     """The named datasets' manifests (read once per process: keys and validation ask often)."""
     if not _MANIFESTS:
-        from anchorviz.data import _manifests
+        from anchorviz.data.pairs import _manifests
 
         _MANIFESTS.update(_manifests())
     return _MANIFESTS
@@ -446,7 +446,7 @@ def _dataset_manifests() -> dict[str, dict]:
 
 def _dataset_identity(name: str) -> str:
     """A dataset's name, or the resolved file behind a local path (or a manifest's local file)."""
-    from anchorviz.data import _manifest_local_path
+    from anchorviz.data.pairs import _manifest_local_path
 
     manifests = _dataset_manifests()
     if name in manifests:
@@ -521,7 +521,7 @@ def config_from_dict(data: dict, where: str = "config") -> RunConfig:
 
 
 def load_config(path: str | Path) -> RunConfig:
-    from anchorviz.store import read_yaml
+    from anchorviz.pipeline.store import read_yaml
 
     path = Path(path)
     if not path.is_file():
@@ -583,7 +583,7 @@ def target_name(dataset: str | dict) -> str:
     if dataset.startswith("vader-"):
         short = dataset.split("vader-", 1)[-1]
     elif dataset not in _dataset_manifests() and _names_a_path(dataset):
-        from anchorviz.data import _kind, _strip_gz
+        from anchorviz.data.pairs import _kind, _strip_gz
 
         short = _strip_gz(Path(dataset).expanduser().name)
         kind = _kind(Path(short))
@@ -597,7 +597,7 @@ def target_name(dataset: str | dict) -> str:
 def _names_a_path(name: str) -> bool:
     """A dataset string that is a local file or folder (or written as one: absolute, ``./``,
     ``~``, or a data file's extension), not a dataset name or a hub id."""
-    from anchorviz.data import _looks_like_path
+    from anchorviz.data.pairs import _looks_like_path
 
     return Path(name).expanduser().exists() or _looks_like_path(name)
 
@@ -658,7 +658,7 @@ def prepare_data(cfg: DataConfig) -> dict[str, pd.DataFrame]:
 
 
 def _build_data(cfg: DataConfig) -> dict[str, pd.DataFrame]:
-    from anchorviz.data import protocol_splits
+    from anchorviz.data.pairs import protocol_splits
 
     # load_pairs logs each dataset's report once (INFO, WARNING when rows were malformed);
     # the role is at DEBUG so that an INFO log does not say everything twice
@@ -678,7 +678,7 @@ def _build_data(cfg: DataConfig) -> dict[str, pd.DataFrame]:
     for name, n in dropped.items():
         splits[f"target_test:{name}"].attrs["protocol_dropped"] = n
     if cfg.artifact_kind != "none" and cfg.artifact_strength > 0:
-        from anchorviz.artifacts import apply_artifact
+        from anchorviz.data.artifacts import apply_artifact
 
         for i, (name, df) in enumerate(sorted(splits.items())):
             role = "target" if name.startswith("target_test:") else "source"
@@ -694,7 +694,7 @@ def _build_data(cfg: DataConfig) -> dict[str, pd.DataFrame]:
                                   f"of {dataset_label(cfg.source)}: {err}") from err
             splits[name].attrs.update(attrs)
         if cfg.artifact_teacher_visibility < 1:
-            from anchorviz.artifacts import mark_teacher_visibility
+            from anchorviz.data.artifacts import mark_teacher_visibility
 
             for i, name in enumerate(sorted(splits)):
                 if not name.startswith("target_test:"):
@@ -707,7 +707,7 @@ def _build_data(cfg: DataConfig) -> dict[str, pd.DataFrame]:
 def teacher_data(data: dict[str, pd.DataFrame], form: str = "same") -> dict[str, pd.DataFrame]:
     """What the weak teacher reads of every split (`artifacts.teacher_view`; ``form`` is
     ``data.artifact_teacher_form``)."""
-    from anchorviz.artifacts import teacher_view
+    from anchorviz.data.artifacts import teacher_view
 
     return {k: teacher_view(v, form) for k, v in data.items()}
 
@@ -741,7 +741,7 @@ def _seeded(train: TrainConfig, cfg: RunConfig) -> TrainConfig:
 
 
 def _load(cfg: RunConfig, which: str):
-    from anchorviz.models import load_reward_model
+    from anchorviz.models.reward_model import load_reward_model
 
     m = cfg.models
     name = m.teacher if which == "teacher" else m.student
@@ -753,7 +753,7 @@ def _load(cfg: RunConfig, which: str):
 
 
 def _encode(tok, df: pd.DataFrame, cfg: RunConfig):
-    from anchorviz.tokenization import encode_pairs
+    from anchorviz.models.tokenization import encode_pairs
 
     return encode_pairs(tok, df, max_length=cfg.data.max_length)
 
@@ -763,7 +763,7 @@ def _is_local_data(name: str) -> bool:
 
 
 def _is_local_model(name: str) -> bool:
-    from anchorviz.zoo import ZOO
+    from anchorviz.models.zoo import ZOO
 
     return name not in ZOO and Path(name).expanduser().is_dir()
 
@@ -828,7 +828,7 @@ def reference_key(cfg: RunConfig) -> dict:
 
 
 def run_id_for(key: dict) -> str:
-    from anchorviz.store import config_hash
+    from anchorviz.pipeline.store import config_hash
 
     label = key["kind"] if key["kind"] != "student" else key["method"]["name"]
     return f"{label}-{config_hash(key)}"
@@ -838,7 +838,7 @@ def evaluate_model(model, tok, data, cfg: RunConfig, capture: bool):
     """Score every eval split (and capture its states when asked) in one pass per split.
 
     Returns ``(scores DataFrame, {split: Captured})``."""
-    from anchorviz.capture import capture_states, resolve_capture_layers
+    from anchorviz.analysis.capture import capture_states, resolve_capture_layers
 
     rows, caps = [], {}
     dev = cfg.student_train.device
@@ -878,7 +878,7 @@ def _groups(scores: pd.DataFrame, splits: list[str] | None = None) -> list | Non
 
 
 def _accuracy_block(scores: pd.DataFrame, n_boot: int, seed: int) -> dict:
-    from anchorviz.metrics import bootstrap_accuracy_ci, bootstrap_kind, per_pair_correct
+    from anchorviz.analysis.metrics import bootstrap_accuracy_ci, bootstrap_kind, per_pair_correct
 
     out = {}
     ood = scores[scores["split"] != "source_test"]
@@ -893,7 +893,7 @@ def _accuracy_block(scores: pd.DataFrame, n_boot: int, seed: int) -> dict:
 
 
 def _correct(scores: pd.DataFrame, splits: list[str] | None) -> np.ndarray:
-    from anchorviz.metrics import per_pair_correct
+    from anchorviz.analysis.metrics import per_pair_correct
 
     g = scores if splits is None else scores[scores["split"].isin(splits)]
     g = g.sort_values(["split", "pair_id"])
@@ -902,7 +902,7 @@ def _correct(scores: pd.DataFrame, splits: list[str] | None) -> np.ndarray:
 
 def _transfer_block(student: pd.DataFrame, teacher: pd.DataFrame, ceiling: pd.DataFrame | None,
                     n_boot: int, seed: int, only_ood: bool = False) -> dict:
-    from anchorviz.metrics import paired_bootstrap_transfer
+    from anchorviz.analysis.metrics import paired_bootstrap_transfer
 
     targets = sorted(s for s in student["split"].unique() if s != "source_test")
     out = {}
@@ -937,7 +937,7 @@ _PROJECTORS: dict[str, Any] = {}
 def reference_capture_stored(store, cfg: RunConfig) -> bool:
     """Whether the store holds a finished reference capture for ``cfg`` (its DONE marker names
     this key's hash; a truncated or corrupted marker counts as not finished)."""
-    from anchorviz.store import config_hash
+    from anchorviz.pipeline.store import config_hash
 
     h = config_hash(reference_key(cfg))
     done = store.shared_dir(f"reference-{h}") / "DONE.json"
@@ -950,8 +950,8 @@ def reference_capture_stored(store, cfg: RunConfig) -> bool:
 def ensure_reference_capture(store, cfg: RunConfig, data) -> dict:
     """The pretrained student's captures of every eval split: computed once per (backbone,
     data), shared by every run of a sweep."""
-    from anchorviz.capture import load_captured, save_captured
-    from anchorviz.store import config_hash
+    from anchorviz.analysis.capture import load_captured, save_captured
+    from anchorviz.pipeline.store import config_hash
 
     key = reference_key(cfg)
     name = f"reference-{config_hash(key)}"
@@ -967,7 +967,7 @@ def ensure_reference_capture(store, cfg: RunConfig, data) -> dict:
         model, tok = _load(cfg, "student")
         caps = {}
         for s in splits:
-            from anchorviz.capture import capture_states, resolve_capture_layers
+            from anchorviz.analysis.capture import capture_states, resolve_capture_layers
 
             enc = _encode(tok, data[s], cfg)
             caps[s] = capture_states(model, enc, layers=resolve_capture_layers(model, cfg.capture.layers),
@@ -987,7 +987,7 @@ def fit_shared_projection(ref_caps: dict, layer: int, method: str, fit_rows: int
     """``(projection, reference xy)``: a `SharedProjection` fitted on a seeded sample of at most
     ``fit_rows`` reference states (head pooling, all splits) at ``layer``, and every reference
     state projected with it."""
-    from anchorviz.projection import SharedProjection
+    from anchorviz.analysis.projection import SharedProjection
 
     X = np.concatenate([ref_caps[s].states(layer, "head").astype(np.float32) for s in ref_caps])
     rng = np.random.default_rng(0)
@@ -997,7 +997,7 @@ def fit_shared_projection(ref_caps: dict, layer: int, method: str, fit_rows: int
 
 
 def _projector(store, cfg: RunConfig, ref_caps: dict, layer: int):
-    from anchorviz.store import config_hash
+    from anchorviz.pipeline.store import config_hash
 
     k = f"{config_hash(reference_key(cfg))}-{layer}-{cfg.capture.projection}"
     if k not in _PROJECTORS:
@@ -1036,7 +1036,7 @@ def projection_frame(ref_caps: dict, data, layer: int, ref_xy: np.ndarray,
 
 
 def _drift(caps: dict, ref_caps: dict, data) -> pd.DataFrame:
-    from anchorviz.drift import drift_table
+    from anchorviz.analysis.drift import drift_table
 
     stu = {s: {k: caps[s].mean[k].astype(np.float32) for k in caps[s].layers} for s in caps}
     ref = {s: {k: ref_caps[s].mean[k].astype(np.float32) for k in ref_caps[s].layers} for s in caps}
@@ -1085,7 +1085,7 @@ def _run_log(path: Path):
 
 def _run_guarded(store, run_id: str, key: dict, body) -> RunResult:
     """Run ``body(tmp_dir) -> (kind, metrics)`` unless finished; commit atomically or mark failed."""
-    from anchorviz.store import config_hash
+    from anchorviz.pipeline.store import config_hash
 
     h = config_hash(key)
     with store.lock(run_id):
@@ -1094,12 +1094,12 @@ def _run_guarded(store, run_id: str, key: dict, body) -> RunResult:
             return RunResult(run_id, store.run_dir(run_id), key["kind"], metrics, computed=False)
         tmp = store.begin(run_id)
         try:
-            from anchorviz.store import write_yaml
+            from anchorviz.pipeline.store import write_yaml
 
             write_yaml(tmp / "config.yaml", json.loads(json.dumps(key, default=str)))
             with _run_log(tmp / "run.log"):
                 metrics = body(tmp)
-            from anchorviz.store import write_json
+            from anchorviz.pipeline.store import write_json
 
             write_json(tmp / "metrics.json", metrics)
             final = store.commit(tmp, run_id, h)
@@ -1115,7 +1115,7 @@ def _tracked(body, cfg: RunConfig, store, run_id: str, key: dict):
     scores are logged when the run ends). Only runs that are computed are tracked."""
     if not cfg.report_to:
         return body
-    from anchorviz.tracking import tracked_run
+    from anchorviz.training.tracking import tracked_run
 
     def with_tracker(tmp: Path) -> dict:
         with tracked_run(cfg.report_to, store.root, run_id, params=key,
@@ -1181,7 +1181,7 @@ def _save_weights(model, tmp: Path, full: bool = True) -> None:
     in the metadata (`anchorviz.models.save_checkpoint`; `load_run_model` reads it back).
     ``full`` is ignored: the checkpoint always covers what was trained (it once chose a
     head-only file, which made a fully fine-tuned student's checkpoint not the student)."""
-    from anchorviz.models import CHECKPOINT_FILE, save_checkpoint
+    from anchorviz.models.reward_model import CHECKPOINT_FILE, save_checkpoint
 
     save_checkpoint(model, tmp / CHECKPOINT_FILE)
 
@@ -1191,9 +1191,9 @@ def _seam_labels(store, cfg: RunConfig, data, teacher: RunResult, q: np.ndarray,
     writes principle trees; the trained weak teacher annotates the informative nodes."""
     from safetensors.torch import load_file
 
-    from anchorviz.models import load_trainable_state
-    from anchorviz.seam import refine_labels, reward_score_fn
-    from anchorviz.store import config_hash
+    from anchorviz.models.reward_model import load_trainable_state
+    from anchorviz.pipeline.store import config_hash
+    from anchorviz.training.seam import refine_labels, reward_score_fn
 
     state = load_file(str(teacher.run_dir / "checkpoint" / "trainable.safetensors"))
     if not any(k.startswith("backbone.") for k in state):
@@ -1221,7 +1221,7 @@ def anchor_reference(model, objective, train, cfg: RunConfig):
     """The frozen reference ANCHOR compares ``model`` with on the ``train`` pairs, by the
     strategy ``cfg.method.reference`` resolves to; returns ``(reference, info)`` (strategy, why,
     set-up seconds). The caller closes the reference."""
-    from anchorviz.reference import choose_strategy, make_reference
+    from anchorviz.training.reference import choose_strategy, make_reference
 
     n_tok = sum(len(x) for x in train.chosen_ids) + sum(len(x) for x in train.rejected_ids)
     strategy, why = choose_strategy(model, cfg.method.reference, n_tok, len(objective.anchor_layers))
@@ -1237,8 +1237,8 @@ def anchor_reference(model, objective, train, cfg: RunConfig):
 def run_student(store, cfg: RunConfig, data, kind: str = "student",
                 teacher: RunResult | None = None, ceiling: RunResult | None = None) -> RunResult:
     """Train and analyse one student (``kind="student"``) or the gold ceiling (``"ceiling"``)."""
-    from anchorviz.capture import save_captured
-    from anchorviz.losses import parse_layer_spec, resolve_anchor_layers
+    from anchorviz.analysis.capture import save_captured
+    from anchorviz.training.losses import parse_layer_spec, resolve_anchor_layers
 
     key = student_key(cfg, kind)
     run_id = run_id_for(key)
@@ -1330,8 +1330,8 @@ def run(cfg: RunConfig, out_dir: str | Path = "runs/default", jobs: int | None =
     student train in parallel with 2); ``threads``: torch threads per worker; ``backend``:
     ``"local"`` or ``"ray"`` (each node a Ray task on the cluster at ``address``, or on a local
     Ray instance; ``out_dir`` must then be on a filesystem every worker sees)."""
-    from anchorviz.runner import build_graph, check_backend, run_graph
-    from anchorviz.store import RunStore
+    from anchorviz.pipeline.runner import build_graph, check_backend, run_graph
+    from anchorviz.pipeline.store import RunStore
 
     cfg.validate()
     check_backend(out_dir, backend, address)
@@ -1392,7 +1392,7 @@ def sweep_from_dict(d: dict, where: str = "sweep") -> SweepConfig:
 
 
 def load_sweep(path: str | Path) -> SweepConfig:
-    from anchorviz.store import read_yaml
+    from anchorviz.pipeline.store import read_yaml
 
     path = Path(path)
     if not path.is_file():
@@ -1434,8 +1434,8 @@ def sweep(sw: SweepConfig, out_dir: str | Path, jobs: int | None = None, threads
     ``threads`` threads; the run ids and metrics do not depend on ``jobs``. ``backend="ray"``
     runs each node as a Ray task instead (on the cluster at ``address``, else a running or new
     local Ray instance); ``out_dir`` must then be on a filesystem every worker sees."""
-    from anchorviz.runner import build_graph, check_backend, run_graph
-    from anchorviz.store import RunStore, write_yaml
+    from anchorviz.pipeline.runner import build_graph, check_backend, run_graph
+    from anchorviz.pipeline.store import RunStore, write_yaml
 
     check_backend(out_dir, backend, address)
     store = RunStore(out_dir)
@@ -1460,7 +1460,7 @@ def results_table(out_dir: str | Path) -> pd.DataFrame:
     different base configs in one folder (another lr, split size, model ...) get ``cfg.<key>``
     columns holding the settings that tell them apart (`base_config_columns`)."""
     from anchorviz.paths import write_atomic
-    from anchorviz.store import RunStore, read_yaml
+    from anchorviz.pipeline.store import RunStore, read_yaml
 
     store = RunStore(out_dir)
     rows, keys = [], []
@@ -1549,8 +1549,8 @@ def artifact_accuracy(run_dir: str | Path) -> dict[str, tuple[float, int]]:
     A pure function of the run folder (its ``config.yaml`` rebuilds the split deterministically,
     ``scores.parquet`` holds the rewards). ``clean`` accuracy is the skill the targets can use;
     a model whose ID accuracy rests on the shortcut is high on ``marked`` and low on ``clean``."""
-    from anchorviz.metrics import accuracy_by_group, per_pair_correct
-    from anchorviz.store import read_yaml
+    from anchorviz.analysis.metrics import accuracy_by_group, per_pair_correct
+    from anchorviz.pipeline.store import read_yaml
 
     run_dir = Path(run_dir)
     data = dict(read_yaml(run_dir / "config.yaml")["data"])

@@ -606,16 +606,16 @@ def test_vader_dispatch(monkeypatch: pytest.MonkeyPatch) -> None:
                "meta": {"text_id_a": "1"}}
         return pd.DataFrame([row, {**row, "pair_id": "v-2"}, {**row, "pair_id": "v-3", "chosen": "ok"}])
 
-    fake = types.ModuleType("anchorviz.vader")
+    fake = types.ModuleType("anchorviz.data.vader")
     fake.vader_pairs = fake_vader_pairs
-    monkeypatch.setitem(sys.modules, "anchorviz.vader", fake)
+    monkeypatch.setitem(sys.modules, "anchorviz.data.vader", fake)
     df, rep = load_pairs("vader-movie")
     assert seen == ["movie"] and df["pair_id"].tolist() == ["v-1", "v-3"]
     assert rep.total == 3 and rep.kept == 2 and rep.dropped == {"duplicate": 1}
     load_pairs("vader-nyt")
     assert seen[-1] == "nyt"
-    monkeypatch.setitem(sys.modules, "anchorviz.vader", None)
-    with pytest.raises(ImportError, match="anchorviz.vader"):
+    monkeypatch.setitem(sys.modules, "anchorviz.data.vader", None)
+    with pytest.raises(ImportError, match="anchorviz.data.vader"):
         load_pairs("vader-tweets")
 
 

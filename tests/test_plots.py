@@ -465,7 +465,7 @@ def test_export_falls_back_to_html_without_a_browser(sweep, tmp_path, monkeypatc
         raise RuntimeError("Kaleido requires Google Chrome to be installed.")
 
     monkeypatch.setattr(type(fig), "write_image", no_browser)
-    with caplog.at_level(logging.WARNING, logger="anchorviz.plots"):
+    with caplog.at_level(logging.WARNING, logger="anchorviz.viz.plots"):
         out = plots.export_figure(fig, tmp_path / "tr.png")
     assert out == tmp_path / "tr.html" and out.is_file()
     assert "apt-get install chromium" in caplog.text and "tr.html" in caplog.text

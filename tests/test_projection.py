@@ -59,7 +59,7 @@ def test_drifted_states_move_away(fitted_umap):
 
 def test_pca_method_and_auto_fallback_on_tiny_n(caplog):
     x, _ = _clusters(n_per=3, d=8)  # 9 rows < max(n_neighbors + 2, 10)
-    with caplog.at_level(logging.INFO, logger="anchorviz.projection"):
+    with caplog.at_level(logging.INFO, logger="anchorviz.analysis.projection"):
         proj = SharedProjection(method="auto", n_neighbors=15).fit(x)
     assert proj.method_ == "pca" and proj.umap_ is None
     assert "only 9 rows" in proj.fallback_reason_

@@ -267,7 +267,7 @@ def load_backbone(
     """
     from transformers import AutoModel, AutoTokenizer
 
-    from anchorviz.zoo import ZOO, resolve_model
+    from anchorviz.models.zoo import ZOO, resolve_model
 
     path = str(resolve_model(name_or_path))
     # weights only through safetensors: a folder with pickled weights alone is refused
@@ -431,7 +431,7 @@ def base_identity(name_or_path: str) -> dict:
     model or the content fingerprint of a local folder (a hub id is its name)."""
     from pathlib import Path
 
-    from anchorviz.zoo import ZOO
+    from anchorviz.models.zoo import ZOO
 
     name = str(name_or_path)
     if name in ZOO:
@@ -520,7 +520,7 @@ def load_run_model(run_dir, *, device: str = "cpu", trust_remote_code: bool = Fa
     not the one trained, or a checkpoint that does not hold the trained parameters."""
     from pathlib import Path
 
-    from anchorviz.store import read_yaml, verify_run_dir
+    from anchorviz.pipeline.store import read_yaml, verify_run_dir
 
     run_dir = Path(run_dir)
     if verify:

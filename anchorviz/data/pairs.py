@@ -86,7 +86,7 @@ PAIR_COLUMNS: list[str] = [
 
 #: the named datasets' manifests: package data (``anchorviz/manifests/*.yaml``), so that a wheel
 #: install finds them as well as an editable one
-MANIFEST_DIR: Path = Path(__file__).resolve().parent / "manifests"
+MANIFEST_DIR: Path = Path(__file__).resolve().parent.parent / "manifests"
 CATEGORIES: tuple[str, ...] = ("helpful", "harmless", "sentiment")
 PROTOCOL_SPLITS: tuple[str, ...] = ("teacher_train", "w2s_train", "val", "source_test")
 
@@ -961,8 +961,8 @@ def _local_copy(m: Mapping[str, Any]) -> tuple[bool, str | None]:
     import os
 
     if m["adapter"] == "vader":
+        from anchorviz.data.vader import VADER_SDIST_NAME
         from anchorviz.paths import cache_dir
-        from anchorviz.vader import VADER_SDIST_NAME
 
         path = cache_dir() / "datasets" / "vader" / VADER_SDIST_NAME
         return path.is_file(), str(path) if path.is_file() else None
@@ -1118,15 +1118,15 @@ def load_pairs(
 def _load_vader(m: Mapping[str, Any], domain: str | None, limit: int | None) -> tuple[pd.DataFrame, DropReport]:
     vdomain = domain or m.get("vader_domain")
     try:
-        from anchorviz.vader import vader_pairs
+        from anchorviz.data.vader import vader_pairs
     except ImportError as err:
         raise ImportError(
-            f"dataset {m['name']!r} uses the 'vader' adapter, which is anchorviz.vader.vader_pairs; "
+            f"dataset {m['name']!r} uses the 'vader' adapter, which is anchorviz.data.vader.vader_pairs; "
             f"importing it failed: {err}"
         ) from err
     out = vader_pairs(vdomain)
     df = out[0] if isinstance(out, tuple) else out
-    source = f"anchorviz.vader.vader_pairs({vdomain!r})"
+    source = f"anchorviz.data.vader.vader_pairs({vdomain!r})"
     if not isinstance(df, pd.DataFrame):
         raise DataError(f"{source} returned a {type(df).__name__}, expected a pair table")
     report = DropReport(dataset=m["name"], source=source, total=len(df))

@@ -1,0 +1,286 @@
+"""One shared 2-D (or k-D) map of hidden states, so that drift shows as movement.
+
+:class:`SharedProjection` is fitted once on the *reference* (frozen, pretrained) states of the
+source and target domains together; student states of any run are then placed in that same
+space with :meth:`SharedProjection.transform`. A student that drifted lands away from where
+its reference rows sit; one that stayed anchored lands on top of them.
+
+Pipeline: optional PCA pre-reduction to ``pca_dim`` (when there are more features than that),
+then UMAP (umap-learn). ``method="pca"`` uses PCA alone; ``method="auto"`` falls back to PCA
+(and logs why) when umap-learn is not importable or there are too few rows for a neighbour
+graph. Everything is seeded: UMAP with a ``random_state`` is deterministic (it then runs
+single-threaded, which is fine at the sizes plotted).
+
+UMAP is given the Euclidean distances, computed here (`scipy.spatial.distance.cdist`, float64),
+as a precomputed matrix: below `SMALL_DATA` (4,096) fitted rows umap-learn would otherwise compute every distance of
+the fit and of each transform by calling its compiled metric once per pair from Python
+(scikit-learn's generic path), which took ~28 of the ~30 s of a 2,400 x 1,500 transform. The
+neighbour graph is the same exact-kNN graph umap-learn builds at these sizes.
+
+The object keeps no results on disk: the caller stores the coordinates it returns (as parquet
+in the run directory) and refits when it needs to.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import sys
+import warnings
+from typing import Any, Literal
+
+import numpy as np
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["SharedProjection"]
+
+Method = Literal["umap", "pca", "auto"]
+
+SMALL_DATA = 4096  # umap-learn's own threshold between exact and approximate neighbours
+
+
+def _umap_module() -> Any | None:
+    """The ``umap`` module, or None when umap-learn cannot be imported."""
+    try:
+        import umap  # heavy (numba): imported only when used
+    except Exception as exc:  # ImportError, or numba failing at import time
+        logger.debug("umap-learn not importable: %s", exc)
+        return None
+    return umap
+
+
+@contextlib.contextmanager
+def _torch_threads_kept():
+    """Keep torch's intra-op thread count across a umap-learn call.
+
+    umap-learn's compiled functions run on numba's OpenMP threading layer, which sets the
+    OpenMP thread count of the calling thread to numba's own (every core) and thereby torch's
+    too: after the first projection a worker pinned to one torch thread trained on two, so
+    two workers ran four threads on two cores (3.9x slower training) and a one-process run
+    gave other float sums than a worker (drift differing in the 4th decimal). Numba is kept to
+    torch's count while inside, and torch's count is put back after."""
+    torch = sys.modules.get("torch")
+    before = torch.get_num_threads() if torch is not None else None
+    numba = sys.modules.get("numba")
+    numba_before = numba.get_num_threads() if numba is not None else None
+    if numba is not None and before is not None:
+        numba.set_num_threads(max(1, min(before, numba.config.NUMBA_NUM_THREADS)))
+    try:
+        yield
+    finally:
+        numba = sys.modules.get("numba")
+        if numba is not None and before is not None:
+            numba.set_num_threads(max(1, min(before, numba.config.NUMBA_NUM_THREADS)))
+        elif numba is not None and numba_before is not None:
+            numba.set_num_threads(numba_before)
+        if torch is not None and torch.get_num_threads() != before:
+            torch.set_num_threads(before)
+
+
+def _distances(A: np.ndarray, B: np.ndarray) -> np.ndarray:
+    """Euclidean distances between the rows of ``A`` and of ``B`` (float64 sums, exact: no
+    ``|a|^2 + |b|^2 - 2ab`` cancellation), as float32 for umap-learn."""
+    from scipy.spatial.distance import cdist
+
+    return cdist(A.astype(np.float64), B.astype(np.float64), "euclidean").astype(np.float32)
+
+
+def _as_states(X: Any, what: str) -> np.ndarray:
+    """Validate an (n, d) array of finite numbers; torch tensors are converted."""
+    if hasattr(X, "detach") and hasattr(X, "cpu"):
+        X = X.detach().cpu().float().numpy()
+    arr = np.asarray(X)
+    if arr.dtype == object or not (
+        np.issubdtype(arr.dtype, np.floating) or np.issubdtype(arr.dtype, np.integer)
+    ):
+        raise ValueError(f"{what}: expected a real-valued array, got dtype {arr.dtype}")
+    if arr.ndim != 2:
+        raise ValueError(f"{what}: expected a 2-D array (n_rows, n_features), got shape {arr.shape}")
+    if arr.shape[0] == 0 or arr.shape[1] == 0:
+        raise ValueError(f"{what}: expected a non-empty array, got shape {arr.shape}")
+    arr = arr.astype(np.float32, copy=False)
+    if not np.isfinite(arr).all():
+        bad = int((~np.isfinite(arr)).any(axis=1).sum())
+        raise ValueError(f"{what}: {bad} row(s) contain NaN or inf")
+    return arr
+
+
+class SharedProjection:
+    """PCA (+ UMAP) fitted on reference states, reused to place student states.
+
+    Args:
+        method: ``"umap"``, ``"pca"`` or ``"auto"`` (UMAP when possible, else PCA).
+        n_components: output dimensions (2 for plots).
+        pca_dim: PCA pre-reduction width used before UMAP when the input has more features.
+        n_neighbors: UMAP neighbourhood size (capped at n - 1).
+        min_dist: UMAP minimum distance in the embedding.
+        seed: random state of PCA and UMAP (fit and transform).
+
+    Attributes (after ``fit``):
+        method_: the method actually used (``"umap"`` or ``"pca"``).
+        fallback_reason_: why ``"auto"`` fell back to PCA (None otherwise).
+        n_features_in_: width d of the fitted states.
+        pca_: the fitted ``sklearn.decomposition.PCA`` (None when UMAP runs on raw features).
+        umap_: the fitted ``umap.UMAP`` (None for PCA-only).
+        fit_points_: the (PCA-reduced) rows UMAP was fitted on, which `transform` measures new
+            rows' distances to (None when UMAP computes its own distances: PCA-only, or
+            ``SMALL_DATA`` rows or more).
+        embedding_: (n, n_components) float32 coordinates of the fitted rows.
+
+    Example::
+
+        proj = SharedProjection(seed=0).fit(np.vstack([ref_source, ref_target]))
+        ref_xy = proj.embedding_
+        student_xy = proj.transform(np.vstack([stu_source, stu_target]))
+    """
+
+    def __init__(
+        self,
+        method: Method = "auto",
+        n_components: int = 2,
+        pca_dim: int = 50,
+        n_neighbors: int = 15,
+        min_dist: float = 0.1,
+        seed: int = 0,
+    ) -> None:
+        self.method = method
+        self.n_components = n_components
+        self.pca_dim = pca_dim
+        self.n_neighbors = n_neighbors
+        self.min_dist = min_dist
+        self.seed = seed
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def _check_params(self) -> None:
+        if self.method not in ("umap", "pca", "auto"):
+            raise ValueError(f"method must be 'umap', 'pca' or 'auto', got {self.method!r}")
+        for name in ("n_components", "pca_dim", "n_neighbors"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, np.integer)) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if self.n_neighbors < 2:
+            raise ValueError(f"n_neighbors must be at least 2, got {self.n_neighbors}")
+        if not 0.0 <= float(self.min_dist):
+            raise ValueError(f"min_dist must be >= 0, got {self.min_dist!r}")
+
+    def _min_rows_for_umap(self) -> int:
+        return max(self.n_neighbors + 2, 10)
+
+    def _choose_method(self, n: int) -> tuple[str, str | None]:
+        """Return (method, fallback reason)."""
+        if self.method == "pca":
+            return "pca", None
+        need = self._min_rows_for_umap()
+        umap_mod = _umap_module()
+        if self.method == "umap":
+            if umap_mod is None:
+                raise ImportError(
+                    "method='umap' needs umap-learn (pip install umap-learn); "
+                    "use method='auto' or 'pca' to fall back to PCA"
+                )
+            if n < need:
+                raise ValueError(
+                    f"method='umap' needs at least {need} rows for n_neighbors="
+                    f"{self.n_neighbors}, got {n}; use method='auto' or 'pca'"
+                )
+            return "umap", None
+        if umap_mod is None:
+            return "pca", "umap-learn is not importable"
+        if n < need:
+            return "pca", f"only {n} rows (UMAP needs at least {need} for n_neighbors={self.n_neighbors})"
+        return "umap", None
+
+    def _check_fitted(self) -> None:
+        if not hasattr(self, "method_"):
+            raise RuntimeError("SharedProjection is not fitted; call fit() first")
+
+    # -- API -------------------------------------------------------------------------------
+
+    def fit(self, X_reference: Any, y: Any = None) -> SharedProjection:
+        """Fit the projection on reference states (source and target domains stacked).
+
+        Args:
+            X_reference: (n, d) reference hidden states.
+            y: ignored (scikit-learn convention).
+
+        Returns:
+            self.
+        """
+        from sklearn.decomposition import PCA
+
+        self._check_params()
+        X = _as_states(X_reference, "fit(X_reference)")
+        n, d = X.shape
+        if self.n_components > min(n, d):
+            raise ValueError(
+                f"n_components={self.n_components} needs at least that many rows and features, "
+                f"got shape {X.shape}"
+            )
+        method, reason = self._choose_method(n)
+        if reason is not None:
+            logger.info("SharedProjection: using PCA instead of UMAP: %s", reason)
+        self.method_ = method
+        self.fallback_reason_ = reason
+        self.n_features_in_ = d
+        self.umap_ = None
+        self.fit_points_ = None
+        if method == "pca":
+            self.pca_ = PCA(n_components=self.n_components, random_state=self.seed).fit(X)
+            self.embedding_ = self.pca_.transform(X).astype(np.float32)
+            return self
+        Z = X
+        self.pca_ = None
+        if d > self.pca_dim:
+            self.pca_ = PCA(n_components=min(self.pca_dim, n), random_state=self.seed).fit(X)
+            Z = self.pca_.transform(X).astype(np.float32)
+        umap_mod = _umap_module()
+        assert umap_mod is not None  # _choose_method checked
+        # below SMALL_DATA rows umap-learn uses exact distances: give them precomputed (fast);
+        # above, its approximate neighbour search is fast on its own and a matrix would be large
+        small = n < SMALL_DATA
+        self.fit_points_ = np.ascontiguousarray(Z, dtype=np.float32) if small else None
+        self.umap_ = umap_mod.UMAP(
+            n_components=self.n_components,
+            n_neighbors=min(self.n_neighbors, n - 1),
+            min_dist=self.min_dist,
+            metric="precomputed" if small else "euclidean",
+            random_state=self.seed,
+            transform_seed=self.seed,
+            n_jobs=1,  # what random_state implies anyway; saying it silences umap's warning
+        )
+        with _torch_threads_kept(), warnings.catch_warnings():  # no inverse_transform: not used
+            warnings.filterwarnings("ignore", message=".*precomputed.*", category=UserWarning)
+            self.umap_.fit(_distances(self.fit_points_, self.fit_points_) if small else Z)
+        self.embedding_ = np.asarray(self.umap_.embedding_, dtype=np.float32)
+        return self
+
+    def transform(self, X: Any) -> np.ndarray:
+        """Place new states (e.g. the student's) in the fitted space.
+
+        Args:
+            X: (m, d) states with the same width d as the fitted reference.
+
+        Returns:
+            (m, n_components) float32 coordinates.
+        """
+        self._check_fitted()
+        arr = _as_states(X, "transform(X)")
+        if arr.shape[1] != self.n_features_in_:
+            raise ValueError(
+                f"transform(X): expected {self.n_features_in_} features (as in fit), "
+                f"got {arr.shape[1]}"
+            )
+        if self.method_ == "pca":
+            return self.pca_.transform(arr).astype(np.float32)
+        Z = self.pca_.transform(arr).astype(np.float32) if self.pca_ is not None else arr
+        with _torch_threads_kept(), warnings.catch_warnings():  # "assuming ... distances"
+            warnings.filterwarnings("ignore", message=".*precomputed.*", category=UserWarning)
+            out = self.umap_.transform(
+                Z if self.fit_points_ is None else _distances(Z, self.fit_points_))
+        return np.asarray(out, dtype=np.float32)
+
+    def fit_transform(self, X_reference: Any, y: Any = None) -> np.ndarray:
+        """``fit(X_reference)`` and return the fitted coordinates ``embedding_``, (n, n_components)."""
+        return self.fit(X_reference).embedding_

@@ -1,0 +1,609 @@
+"""The run graph of a sweep, and the local executor that runs it on several worker processes.
+
+A sweep expands to a graph whose nodes are named by their content-hashed run ids::
+
+    data preparation (parent process, cached on disk)
+      -> teacher ------------------+--> ceiling
+      -> reference capture --------+--> students (naive, confidence, ANCHOR at each lambda / layer)
+
+Students of one teacher, and the gold ceiling, run in parallel; a node shared by several configs
+(a teacher, a reference capture) is one node, so nothing is trained twice. Each worker runs torch
+on ``threads`` threads (default 1), so a run's numbers do not depend on how many workers there
+are: ``--jobs 1`` and ``--jobs 2`` give the same run ids and the same metrics.
+
+The run store stays the single source of truth: a node whose run is finished in the store is
+read, not redone, and an interrupted sweep resumes where it stopped.
+
+Two backends run the graph: ``local`` (worker processes on this machine) and ``ray`` (each node
+a Ray task with its CPUs / GPU, the graph's edges as task dependencies, on a local Ray instance
+or an existing cluster; a task whose worker dies is retried by Ray and redoes its half-written
+run). With Ray the store must be a path that every worker sees at the same place (a shared
+filesystem); URIs (``s3://...``) are not supported by the store.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import os
+import signal
+import socket
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass
+from pathlib import Path
+
+logger = logging.getLogger(__name__)
+
+KINDS = ("teacher", "reference", "ceiling", "student")
+BACKENDS = ("local", "ray")
+RAY_MAX_RETRIES = 3  # a task whose worker dies (killed, OOM, node lost) runs again this often
+
+
+class BackendUnavailable(ImportError, ValueError):
+    """The chosen backend's package is not installed (a ValueError too: the CLI reports it as a
+    usage error, exit code 2)."""
+
+
+@dataclass(frozen=True)
+class Node:
+    """One unit of work: ``kind`` for one config; ``id`` is its run id (or shared-artefact name)."""
+
+    id: str
+    kind: str  # teacher | reference | ceiling | student
+    config: dict  # RunConfig.to_dict()
+    deps: tuple[str, ...] = ()
+
+
+def default_jobs() -> int:
+    """``$ANCHORVIZ_JOBS`` if set, else the number of CPU cores this process may use."""
+    env = os.environ.get("ANCHORVIZ_JOBS")
+    if env:
+        try:
+            n = int(env)
+        except ValueError:
+            raise ValueError(f"ANCHORVIZ_JOBS must be a positive integer, got {env!r}") from None
+        if n < 1:
+            raise ValueError(f"ANCHORVIZ_JOBS must be a positive integer, got {env!r}")
+        return n
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def build_graph(configs: Iterable) -> list[Node]:
+    """The nodes for a list of ``RunConfig`` (students), deduplicated, in a runnable order:
+    every node comes after its dependencies; teachers and reference captures first, then
+    ceilings, then students (so the long chains start early)."""
+    from anchorviz.experiment import reference_key, run_id_for, student_key, teacher_key
+    from anchorviz.pipeline.store import config_hash
+
+    nodes: dict[str, Node] = {}
+    for cfg in configs:
+        d = cfg.to_dict()
+        t = run_id_for(teacher_key(cfg))
+        r = f"reference-{config_hash(reference_key(cfg))}"
+        nodes.setdefault(t, Node(t, "teacher", d))
+        nodes.setdefault(r, Node(r, "reference", d))
+        if cfg.ceiling:
+            c = run_id_for(student_key(cfg, "ceiling"))
+            nodes.setdefault(c, Node(c, "ceiling", d, (t, r)))
+        s = run_id_for(student_key(cfg, "student"))
+        nodes.setdefault(s, Node(s, "student", d, (t, r)))
+    return sorted(nodes.values(), key=lambda n: KINDS.index(n.kind))
+
+
+def execute_node(kind: str, config: dict, out_dir: str) -> dict:
+    """Run one node in this process (what a worker does); returns a small summary."""
+    from anchorviz.experiment import (
+        config_from_dict,
+        data_config,
+        ensure_reference_capture,
+        ensure_teacher,
+        prepare_data,
+        run_student,
+    )
+    from anchorviz.pipeline.store import RunStore
+
+    t0 = time.perf_counter()
+    cfg = config_from_dict(config)
+    store = RunStore(out_dir)
+    data = prepare_data(data_config(cfg))
+    computed = True
+    if kind == "reference":
+        from anchorviz.experiment import reference_capture_stored
+
+        # a capture already in the store costs nothing: it must not feed the ETA as a computed node
+        computed = not reference_capture_stored(store, cfg)
+        ensure_reference_capture(store, cfg, data)
+    else:
+        teacher = ensure_teacher(store, cfg, data)
+        if kind == "teacher":
+            computed = teacher.computed
+        else:
+            res = run_student(store, cfg, data, kind="ceiling" if kind == "ceiling" else "student",
+                              teacher=teacher)
+            computed = res.computed
+    return {"kind": kind, "computed": computed, "seconds": time.perf_counter() - t0}
+
+
+class WorkerInterrupted(SystemExit):
+    """Ctrl-C in a worker process. A SystemExit, unlike KeyboardInterrupt, ends an idle worker
+    without a traceback; inside a node it marks the half-done run as interrupted (the store
+    keeps it as unfinished, so the next sweep redoes it) and goes back to the driver, which is
+    stopping anyway."""
+
+    def __str__(self) -> str:
+        return "interrupted (Ctrl-C / SIGINT)"
+
+
+def _quiet_exit(signum, frame) -> None:  # noqa: ARG001 - a signal handler's signature
+    raise WorkerInterrupted(128 + signum)
+
+
+def _init_worker(threads: int) -> None:
+    # Ctrl-C reaches the whole process group: the driver reports it once and keeps the finished
+    # runs; a worker stops at once without a traceback of its own (its half-written run is a
+    # temporary folder that the store never reads and the next sweep removes)
+    signal.signal(signal.SIGINT, _quiet_exit)
+    os.environ["OMP_NUM_THREADS"] = str(threads)
+    os.environ["MKL_NUM_THREADS"] = str(threads)
+    # numba (umap-learn) sizes its OpenMP pool from this, not from OMP_NUM_THREADS
+    os.environ["NUMBA_NUM_THREADS"] = str(threads)
+    os.environ.setdefault("TQDM_DISABLE", "1")  # the parent draws one line per running node
+    import torch
+
+    torch.set_num_threads(threads)
+    try:
+        torch.set_num_interop_threads(threads)
+    except RuntimeError:  # already set (torch allows it once per process)
+        pass
+    from threadpoolctl import threadpool_limits
+
+    threadpool_limits(limits=threads)  # numpy's BLAS, if it was loaded before the variables
+
+
+class _Progress:
+    """An overall bar plus one line per running node (tqdm, in the parent process).
+
+    The bar counts every node (teachers, reference captures, ceilings, students), shows how
+    many of each kind are done, and an overall ETA: the nodes not finished yet, each at the
+    mean time of the computed nodes of its kind (of any kind until one of its own finished;
+    a node read from the store costs nothing), less what the running ones have already spent,
+    shared over the worker slots."""
+
+    def __init__(self, total: int | list[Node], slots: int, enabled: bool = True) -> None:
+        from tqdm.auto import tqdm
+
+        nodes = total if isinstance(total, list) else []
+        self.enabled = enabled
+        self.slots = max(1, slots)
+        self.todo: dict[str, str] = {n.id: n.kind for n in nodes}  # not finished yet
+        self.totals = {k: sum(n.kind == k for n in nodes) for k in KINDS}
+        self.done = dict.fromkeys(KINDS, 0)
+        self.seconds: dict[str, list[float]] = {k: [] for k in KINDS}  # computed nodes
+        self.bar = tqdm(total=len(nodes) if nodes else int(total), desc="sweep", unit="node",
+                        disable=not enabled,
+                        bar_format="{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} "
+                                   "[{elapsed}{postfix}]")
+        self.lines = [tqdm(total=0, bar_format="{desc}", position=i + 1, leave=False,
+                           disable=not enabled or slots < 2) for i in range(slots)]
+        self.slot: dict[str, int] = {}
+        self.start: dict[str, float] = {}
+        self.where: dict[str, str] = {}
+        self.kind: dict[str, str] = {}
+        self._postfix()
+
+    def started(self, node: Node, where: str | None = None) -> None:
+        """``node`` began (again, when retried) on ``where`` (default: "worker <slot>")."""
+        if node.id not in self.slot:
+            used = set(self.slot.values())
+            free = [i for i in range(len(self.lines)) if i not in used]
+            self.slot[node.id] = free[0] if free else 0
+        self.start[node.id] = time.perf_counter()
+        self.where[node.id] = where or f"worker {self.slot[node.id] + 1}"
+        self.kind[node.id] = node.kind
+        self.refresh()
+
+    def finished(self, node: Node, result: dict | None = None) -> None:
+        """``node`` ended; ``result`` (its summary: ``computed``, ``seconds``) feeds the ETA."""
+        began = self.start.get(node.id)
+        i = self.slot.pop(node.id, None)
+        self.start.pop(node.id, None)
+        self.where.pop(node.id, None)
+        if i is not None and i not in self.slot.values():
+            self.lines[i].set_description_str("")
+        if result is not None and result.get("computed", True) and node.kind in self.seconds:
+            secs = result.get("seconds")
+            if secs is None and began is not None:
+                secs = time.perf_counter() - began
+            if secs is not None:
+                self.seconds[node.kind].append(float(secs))
+        if self.todo.pop(node.id, None) is not None and node.kind in self.done:
+            self.done[node.kind] += 1
+        self._postfix()
+        self.bar.update(1)
+
+    # a ceiling and a student train the same model on the same pairs: one's time stands for the other's
+    _ALIKE = {"student": "ceiling", "ceiling": "student"}
+
+    def eta(self) -> float | None:
+        """Seconds until every node is done (None until a computed node gave a time)."""
+        return self._eta()[0]
+
+    def _eta(self) -> tuple[float | None, bool]:
+        """``(seconds, lower_bound)``: ``lower_bound`` when some kind still to run has no time of
+        its own or of a like kind and is estimated from the others (teachers and reference
+        captures, usually the cheaper nodes), so the true ETA is likely longer."""
+        if not self.todo:
+            return 0.0, False
+        measured = [s for v in self.seconds.values() for s in v]
+        if not measured:
+            return None, False
+        overall = sum(measured) / len(measured)
+        now = time.perf_counter()
+        work, bound = 0.0, False
+        for nid, kind in self.todo.items():
+            own = self.seconds.get(kind) or self.seconds.get(self._ALIKE.get(kind, ""), [])
+            if not own:
+                bound = True
+            mean = sum(own) / len(own) if own else overall
+            spent = now - self.start[nid] if nid in self.start else 0.0
+            work += max(mean - spent, 0.0)
+        return work / min(self.slots, len(self.todo)), bound
+
+    def _postfix(self) -> None:
+        if not any(self.totals.values()):
+            return
+        parts = [f"{k} {self.done[k]}/{n}" for k, n in self.totals.items() if n]
+        eta, bound = self._eta()
+        if eta is not None:
+            parts.append(f"ETA {'>' if bound else ''}{_duration(eta)}")
+        self.bar.set_postfix_str(", ".join(parts), refresh=False)
+
+    def refresh(self) -> None:
+        for nid, i in self.slot.items():
+            secs = time.perf_counter() - self.start[nid]
+            self.lines[i].set_description_str(
+                f"  {self.where[nid]}: {self.kind[nid]} {nid}  {secs:5.0f} s")
+        self._postfix()
+        self.bar.refresh()
+
+    def close(self) -> None:
+        for line in self.lines:
+            line.close()
+        self.bar.close()
+
+
+def _duration(seconds: float) -> str:
+    s = int(round(seconds))
+    if s >= 3600:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{s}s"
+
+
+def run_graph(nodes: list[Node], out_dir: str | Path, jobs: int | None = None, threads: int = 1,
+              progress: bool = True,
+              execute: Callable[[str, dict, str], dict] = execute_node,
+              backend: str = "local", address: str | None = None) -> dict[str, dict]:
+    """Run every node once its dependencies are done.
+
+    ``backend="local"``: on ``jobs`` local worker processes (None: `default_jobs`; ``jobs == 1``
+    runs in this process, with the same thread pinning, so notebooks and debuggers see ordinary
+    tracebacks). ``backend="ray"``: each node is a Ray task (see `_run_ray`) on the cluster at
+    ``address`` (a running one found by Ray when None, else a local instance of ``jobs`` x
+    ``threads`` CPUs). Each worker runs torch on ``threads`` threads. A failing node stops new
+    nodes from starting; the nodes already running finish (and are kept in the store); then the
+    first error is raised. Returns ``{node id: summary}`` of the nodes that ran.
+    """
+    check_backend(out_dir, backend, address)
+    jobs = default_jobs() if jobs is None else int(jobs)
+    if jobs < 1:
+        raise ValueError(f"jobs must be >= 1, got {jobs}")
+    if threads < 1:
+        raise ValueError(f"threads must be >= 1, got {threads}")
+    out_dir = str(out_dir)
+    order = {n.id: i for i, n in enumerate(nodes)}
+    unknown = {d for n in nodes for d in n.deps if d not in order}
+    if unknown:
+        raise ValueError(f"nodes depend on unknown nodes {sorted(unknown)}")
+    results: dict[str, dict] = {}
+    if backend == "ray":
+        if any(order[d] >= order[n.id] for n in nodes for d in n.deps):
+            raise ValueError("nodes must come after their dependencies (use build_graph)")
+        _run_ray(nodes, os.path.abspath(out_dir), jobs, threads, progress, results, execute,
+                 address)
+        return results
+    jobs = min(jobs, max(1, len(nodes)))
+    prog = _Progress(list(nodes), jobs, enabled=progress)
+    try:
+        if jobs == 1:
+            _run_inline(nodes, out_dir, threads, prog, results, execute)
+        else:
+            _run_pool(nodes, out_dir, jobs, threads, prog, results, execute)
+    finally:
+        prog.close()
+    return results
+
+
+def check_backend(out_dir: str | Path, backend: str = "local",
+                  address: str | None = None) -> None:
+    """Refuse an unknown backend, an address without Ray, Ray when it is not installed, and a
+    store that is a URI (the run store is a local or mounted, shared folder), before anything
+    is written."""
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    if address is not None and backend != "ray":
+        raise ValueError("an address is for the Ray backend: pass backend='ray' (--backend ray)")
+    if backend == "ray":
+        _import_ray()
+    text = str(out_dir)
+    if "://" in text:
+        raise ValueError(
+            f"the run store must be a folder path, not a URI ({text}): the store renames "
+            "folders atomically and locks files, which object stores do not offer; mount the "
+            "bucket / share (NFS, CephFS, Lustre, a FUSE mount) and pass its path")
+
+
+def _run_inline(nodes, out_dir, threads, prog, results, execute) -> None:
+    import torch
+    from threadpoolctl import threadpool_limits
+
+    old = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        # numpy's BLAS too (CKA, projections): sums in the same order as in a worker process
+        with threadpool_limits(limits=threads):
+            for node in nodes:
+                prog.started(node)
+                results[node.id] = execute(node.kind, node.config, out_dir)
+                _log_done(node, results[node.id])
+                prog.finished(node, results.get(node.id))
+    finally:
+        torch.set_num_threads(old)
+
+
+def _log_done(node: Node, res: dict) -> None:
+    if res.get("computed", True):
+        logger.info("%s %s done in %.0f s", node.kind, node.id, res.get("seconds", float("nan")))
+    else:
+        logger.info("%s %s already finished in the store", node.kind, node.id)
+
+
+def _run_pool(nodes, out_dir, jobs, threads, prog, results, execute) -> None:
+    pending = list(nodes)
+    done: set[str] = set()
+    running: dict[Future, Node] = {}
+    errors: list[tuple[Node, BaseException]] = []
+    ctx = multiprocessing.get_context("spawn")  # no forked torch / thread state
+    ex = ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=_init_worker,
+                             initargs=(threads,))
+    try:
+        while pending or running:
+            if not errors:
+                for node in list(pending):
+                    if len(running) >= jobs:
+                        break
+                    if all(d in done for d in node.deps):
+                        running[ex.submit(execute, node.kind, node.config, out_dir)] = node
+                        pending.remove(node)
+                        prog.started(node)
+            if not running:
+                break
+            finished, _ = wait(list(running), timeout=1.0, return_when=FIRST_COMPLETED)
+            prog.refresh()
+            for fut in finished:
+                node = running.pop(fut)
+                try:
+                    results[node.id] = fut.result()
+                except BrokenProcessPool as err:
+                    errors.append((node, RuntimeError(
+                        f"a worker process died while running {node.kind} {node.id} (killed, or "
+                        f"out of memory?): {err}. Finished runs are kept; rerun to resume")))
+                except BaseException as err:  # noqa: BLE001 - reported after the others finish
+                    errors.append((node, err))
+                    logger.error("%s %s failed: %s", node.kind, node.id, err)
+                else:
+                    done.add(node.id)
+                    _log_done(node, results[node.id])
+                prog.finished(node, results.get(node.id))
+    except KeyboardInterrupt:
+        ex.shutdown(wait=False, cancel_futures=True)
+        raise
+    finally:
+        ex.shutdown(wait=True, cancel_futures=True)
+    if errors:
+        skipped = len(pending)
+        if skipped:
+            logger.error("%d node(s) not started because %s %s failed", skipped, errors[0][0].kind,
+                         errors[0][0].id)
+        raise errors[0][1]
+
+
+# --------------------------------------------------------------------------- Ray
+
+
+def _import_ray():
+    try:
+        import ray
+    except ImportError as err:
+        raise BackendUnavailable(
+            "the Ray backend needs the ray package: pip install 'anchorviz[ray]' "
+            f"(or pip install ray) ({err})") from None
+    return ray
+
+
+def node_resources(node: Node, threads: int) -> dict:
+    """Ray resources of one node: ``threads`` CPUs, and one GPU when a device it trains or
+    scores on is CUDA (the teacher's for a teacher, the student's for a reference capture,
+    either for a student / ceiling, which re-scores with the teacher)."""
+    teacher = str(node.config.get("teacher_train", {}).get("device", "cpu"))
+    student = str(node.config.get("student_train", {}).get("device", "cpu"))
+    devices = {"teacher": [teacher], "reference": [student]}.get(node.kind, [teacher, student])
+    return {"num_cpus": threads, "num_gpus": 1 if any(d.startswith("cuda") for d in devices)
+            else 0}
+
+
+class _Board:
+    """A Ray actor (no CPU) that tasks tell when they start, so the driver can draw one line per
+    running node; it also tells tasks not to start once a node has failed."""
+
+    def __init__(self) -> None:
+        self.running: dict[str, tuple[str, int, int]] = {}
+        self.attempts: dict[str, int] = {}
+        self.stopped = False
+
+    def begin(self, node_id: str, host: str, pid: int) -> bool:
+        """Record a start; True when the task should not run (the sweep is stopping)."""
+        if self.stopped:
+            return True
+        self.attempts[node_id] = self.attempts.get(node_id, 0) + 1
+        self.running[node_id] = (host, pid, self.attempts[node_id])
+        return False
+
+    def end(self, node_id: str) -> None:
+        self.running.pop(node_id, None)
+
+    def stop(self) -> None:
+        self.stopped = True
+
+    def snapshot(self) -> dict[str, tuple[str, int, int]]:
+        return dict(self.running)
+
+
+def _ray_node(execute, node_id: str, kind: str, config: dict, out_dir: str, threads: int,
+              cwd: str, board, *upstream: dict) -> dict:
+    """The body of one Ray task. ``upstream``: the results of the node's dependencies (passed as
+    ObjectRefs, so Ray starts this task only once they are done)."""
+    import ray
+
+    if any(u.get("skipped") for u in upstream):
+        return {"kind": kind, "computed": False, "skipped": True, "seconds": 0.0}
+    if ray.get(board.begin.remote(node_id, socket.gethostname(), os.getpid())):
+        return {"kind": kind, "computed": False, "skipped": True, "seconds": 0.0}
+    if cwd and os.path.isdir(cwd):  # relative paths in configs mean what they mean to the driver
+        os.chdir(cwd)
+    _init_worker(threads)
+    try:
+        return execute(kind, config, out_dir)
+    finally:
+        board.end.remote(node_id)
+
+
+def _ray_connect(ray, address: str | None, cpus: int) -> bool:
+    """Connect to Ray; True when this call started it (and should shut it down)."""
+    if ray.is_initialized():
+        return False
+    if address or os.environ.get("RAY_ADDRESS"):  # the cluster asked for, or an error
+        ray.init(address=address or os.environ["RAY_ADDRESS"])
+        return False
+    try:  # a running instance (`ray start --head` on this machine)
+        ray.init(address="auto")
+        return False
+    except ConnectionError:
+        pass
+    ray.init(num_cpus=cpus, include_dashboard=False)
+    return True
+
+
+def _run_ray(nodes, out_dir, jobs, threads, progress, results, execute, address) -> None:
+    """Submit every node as a Ray task at once, upstream ObjectRefs as arguments.
+
+    Each task asks for ``threads`` CPUs (and a GPU when its config uses CUDA) and runs with
+    OMP_NUM_THREADS / MKL_NUM_THREADS / NUMBA_NUM_THREADS = ``threads`` and TQDM_DISABLE=1 (the driver draws the
+    progress). A task whose worker process dies is retried up to `RAY_MAX_RETRIES` times; the
+    retry finds the run unfinished (the dead writer's temporary folder is never read; its file
+    lock died with it) and redoes it; a run finished in the store is read, not redone. An
+    exception raised by a node is not retried: it stops nodes that have not started yet.
+    """
+    ray = _import_ray()
+    started = _ray_connect(ray, address, jobs * threads)
+    env = {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads),
+           "NUMBA_NUM_THREADS": str(threads), "TQDM_DISABLE": "1"}
+    task = ray.remote(_ray_node)
+    board = ray.remote(num_cpus=0)(_Board).remote()
+    cpus = int(ray.cluster_resources().get("CPU", 0))
+    slots = max(1, min(len(nodes), cpus // threads if cpus >= threads else jobs))
+    if any(node_resources(n, threads)["num_gpus"] for n in nodes) and \
+            not ray.cluster_resources().get("GPU"):
+        logger.warning("some nodes need a GPU but the Ray cluster has none (yet): they wait "
+                       "until one joins")
+    prog = _Progress(list(nodes), slots, enabled=progress)
+    refs: dict[str, object] = {}
+    pending: dict[object, Node] = {}
+    errors: list[tuple[Node, BaseException]] = []
+    failed: set[str] = set()
+    skipped = 0
+    attempts: dict[str, int] = {}
+    cwd = os.getcwd()
+    try:
+        for node in nodes:
+            ref = task.options(**node_resources(node, threads), max_retries=RAY_MAX_RETRIES,
+                               runtime_env={"env_vars": env},
+                               name=f"{node.kind}:{node.id}").remote(
+                execute, node.id, node.kind, node.config, out_dir, threads, cwd, board,
+                *(refs[d] for d in node.deps))
+            refs[node.id] = ref
+            pending[ref] = node
+        by_id = {n.id: n for n in nodes}
+        while pending:
+            ready, _ = ray.wait(list(pending), num_returns=1, timeout=1.0)
+            for nid, (host, pid, attempt) in ray.get(board.snapshot.remote()).items():
+                if attempts.get(nid) != attempt and nid in by_id and refs[nid] in pending:
+                    attempts[nid] = attempt
+                    if attempt > 1:
+                        logger.warning("%s %s: attempt %d (a worker died)", by_id[nid].kind,
+                                       nid, attempt)
+                    prog.started(by_id[nid], f"{host} pid {pid}"
+                                 + (f" (attempt {attempt})" if attempt > 1 else ""))
+            prog.refresh()
+            for ref in ready:
+                node = pending.pop(ref)
+                try:
+                    res = ray.get(ref)
+                except BaseException as err:  # noqa: BLE001 - reported after the others finish
+                    if isinstance(err, KeyboardInterrupt):
+                        raise
+                    failed.add(node.id)
+                    errors.append((node, err))
+                    board.stop.remote()  # nodes that have not started yet will not
+                else:
+                    if res.get("skipped"):
+                        skipped += 1
+                        failed.add(node.id)  # treated as not done for its dependents
+                    else:
+                        results[node.id] = res
+                        _log_done(node, res)
+                prog.finished(node, results.get(node.id))
+    except KeyboardInterrupt:
+        for ref in pending:
+            ray.cancel(ref)
+        raise
+    finally:
+        prog.close()
+        try:
+            ray.kill(board)
+        except Exception:  # noqa: BLE001 - the cluster may be gone already
+            pass
+        if started:
+            ray.shutdown()
+    if os.path.isdir(os.path.join(out_dir, "runs")):
+        from anchorviz.pipeline.store import RunStore
+
+        RunStore(out_dir).clean_temporaries()  # folders left by workers that died mid-run
+    # a node whose upstream failed never started: Ray hands it its upstream's error
+    roots = [(n, e) for n, e in errors if not any(d in failed for d in n.deps)]
+    skipped += len(errors) - len(roots)
+    for node, err in roots:
+        logger.error("%s %s failed: %s", node.kind, node.id, err)  # with the remote traceback
+    if roots:
+        if skipped:
+            logger.error("%d node(s) not started because %s %s failed", skipped,
+                         roots[0][0].kind, roots[0][0].id)
+        cause = getattr(roots[0][1], "cause", None)  # the node's own exception, not Ray's wrapper
+        if isinstance(cause, BaseException):
+            raise cause from roots[0][1]
+        raise roots[0][1]

@@ -1,0 +1,296 @@
+"""The run store: content-hashed, atomically written run directories under one sweep folder.
+
+A run is written into a temporary folder beside its final place and renamed into place only
+when complete, with a ``MANIFEST.json`` holding the config hash and the sha256 of every file.
+A run counts as finished only when its manifest says so AND every file still matches its hash:
+a truncated or corrupted file (or a half-written folder left by a killed process) makes the run
+"not finished", so it is redone, never read. A per-run file lock keeps two processes (two sweeps
+sharing one store) from writing the same run at once; the second waits and then finds it done.
+Layout: see docs/ARCHITECTURE.md.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import re
+import shutil
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import yaml
+from filelock import FileLock
+
+from anchorviz.paths import file_sha256
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "MANIFEST",
+    "RunStore",
+    "StoreError",
+    "canonical_json",
+    "config_hash",
+    "read_yaml",
+    "safe_name",
+    "verify_run_dir",
+    "write_json",
+    "write_yaml",
+]
+
+MANIFEST = "MANIFEST.json"
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+
+
+class StoreError(RuntimeError):
+    """A run directory that conflicts with what is asked (another config under the same name)."""
+
+
+def safe_name(name: str, what: str = "name") -> str:
+    """Reject names that could escape the store (``..``, slashes, absolute paths, odd chars)."""
+    if not isinstance(name, str) or not _NAME.fullmatch(name) or ".." in name:
+        raise ValueError(
+            f"{what} {name!r} is not allowed: use letters, digits, '.', '_' and '-' only "
+            "(no path separators or '..'), at most 128 characters"
+        )
+    return name
+
+
+def canonical_json(obj: Any) -> str:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
+
+
+def config_hash(obj: Any, length: int = 12) -> str:
+    """sha256 of the canonical JSON of a config (dicts, lists, numbers, strings)."""
+    return hashlib.sha256(canonical_json(obj).encode()).hexdigest()[:length]
+
+
+def write_json(path: Path, obj: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(obj, indent=2, sort_keys=True, default=_json_default) + "\n")
+
+
+def _json_default(o):
+    import numpy as np
+
+    if isinstance(o, np.generic):
+        return o.item()
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    return str(o)
+
+
+def write_yaml(path: Path, obj: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(obj, sort_keys=False))
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that refuses a mapping with the same key twice (PyYAML keeps the
+    last one silently, so ``lr: 1e-3`` then ``lr: 1e-5`` would run with 1e-5 without a word)."""
+
+
+def _strict_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
+    seen: dict[Any, int] = {}
+    for key_node, _ in node.value:
+        if key_node.tag == "tag:yaml.org,2002:merge":  # '<<: *base' may be overridden
+            continue
+        key = loader.construct_object(key_node, deep=True)
+        try:
+            first = seen.get(key)
+        except TypeError:  # an unhashable key: SafeLoader names it below
+            continue
+        if first is not None:
+            raise yaml.constructor.ConstructorError(
+                "while constructing a mapping", node.start_mark,
+                f"found duplicate key {key!r} (first given on line {first + 1})",
+                key_node.start_mark)
+        seen[key] = key_node.start_mark.line
+    return yaml.SafeLoader.construct_mapping(loader, node, deep=deep)
+
+
+_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _strict_mapping)
+
+
+def read_yaml(path: Path) -> Any:
+    """YAML through a safe loader only (a file from elsewhere cannot construct objects); a
+    mapping with a duplicate key is an error, not "the last one wins"."""
+    with open(path, encoding="utf-8") as f:
+        return yaml.load(f, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
+
+
+class RunStore:
+    """Run directories under ``root/runs``; shared artefacts under ``root/shared``."""
+
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root)
+        (self.root / "runs").mkdir(parents=True, exist_ok=True)
+        (self.root / "shared").mkdir(parents=True, exist_ok=True)
+        (self.root / ".locks").mkdir(parents=True, exist_ok=True)
+
+    def run_dir(self, run_id: str) -> Path:
+        return self.root / "runs" / safe_name(run_id, "run id")
+
+    def shared_dir(self, key: str) -> Path:
+        path = self.root / "shared" / safe_name(key, "shared key")
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    @contextmanager
+    def lock(self, key: str, timeout: float = -1) -> Iterator[None]:
+        """An inter-process lock for one run or shared artefact."""
+        with FileLock(str(self.root / ".locks" / f"{safe_name(key)}.lock"), timeout=timeout):
+            yield
+
+    def manifest(self, run_id: str) -> dict | None:
+        path = self.run_dir(run_id) / MANIFEST
+        try:
+            man = json.loads(path.read_text())
+        except (OSError, ValueError):
+            return None
+        return man if isinstance(man, dict) else None
+
+    def verify(self, run_dir: Path) -> tuple[bool, str]:
+        """``(ok, why)``: the manifest says finished and every file matches its sha256."""
+        return verify_run_dir(run_dir)
+
+    def is_finished(self, run_id: str, config_hash_: str | None = None) -> bool:
+        """True when the run exists, is complete and uncorrupted (and has this config hash).
+
+        A finished run under the same id with a DIFFERENT config hash is an error, never
+        overwritten silently.
+        """
+        d = self.run_dir(run_id)
+        if not d.exists():
+            return False
+        ok, why = self.verify(d)
+        if not ok:
+            logger.warning("run %s is not usable (%s): it will be redone", run_id, why)
+            return False
+        man = self.manifest(run_id) or {}
+        if config_hash_ is not None and man.get("config_hash") != config_hash_:
+            raise StoreError(
+                f"run directory {d} was written by a different config (hash "
+                f"{man.get('config_hash')} != {config_hash_}); choose another sweep folder or "
+                "delete it"
+            )
+        return True
+
+    def begin(self, run_id: str) -> Path:
+        """A fresh temporary folder (same file system) to write a run into, with the
+        permissions of the user's umask (``mkdtemp`` alone makes it 0700, which a store shared
+        between users or machines cannot read)."""
+        from anchorviz.paths import apply_umask
+
+        safe_name(run_id, "run id")
+        tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{run_id}-", dir=self.root / "runs"))
+        apply_umask(tmp)
+        return tmp
+
+    def commit(self, tmp: Path, run_id: str, config_hash_: str, extra: dict | None = None) -> Path:
+        """Hash every file, write the manifest, and rename ``tmp`` into place atomically."""
+        files = {
+            str(p.relative_to(tmp)): file_sha256(p)
+            for p in sorted(tmp.rglob("*")) if p.is_file() and p.name != MANIFEST
+        }
+        write_json(tmp / MANIFEST, {"status": "finished", "run_id": run_id,
+                                    "config_hash": config_hash_, "files": files,
+                                    "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
+                                    **(extra or {})})
+        _fsync_dir(tmp)
+        final = self.run_dir(run_id)
+        if final.exists():
+            # an unfinished / corrupted earlier attempt: move it aside, never mix the two
+            aside = final.with_name(f".old-{run_id}-{os.getpid()}-{time.time_ns()}")
+            os.rename(final, aside)
+            shutil.rmtree(aside, ignore_errors=True)
+        os.rename(tmp, final)
+        return final
+
+    def fail(self, tmp: Path, run_id: str, config_hash_: str, error: str) -> Path:
+        """Leave the run marked FAILED (never finished) with the error, for the user to read."""
+        write_json(tmp / MANIFEST, {"status": "failed", "run_id": run_id,
+                                    "config_hash": config_hash_, "error": error, "files": {}})
+        final = self.run_dir(run_id)
+        if final.exists() and not self.verify(final)[0]:
+            shutil.rmtree(final, ignore_errors=True)
+        if not final.exists():
+            os.rename(tmp, final)
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
+        return final
+
+    def finished_runs(self) -> list[str]:
+        return self.scan()[0]
+
+    def scan(self) -> tuple[list[str], dict[str, str]]:
+        """``(finished run ids, {run id: why it is not usable})`` over every run folder
+        (temporaries skipped): what a results table can read, and what it cannot."""
+        finished, problems = [], {}
+        for d in sorted((self.root / "runs").iterdir()):
+            if d.name.startswith("."):
+                continue
+            if not d.is_dir():
+                problems[d.name] = "not a folder"
+                continue
+            ok, why = self.verify(d)
+            if ok:
+                finished.append(d.name)
+                continue
+            if why == "status 'failed'":  # say why it failed (the first line of its error)
+                try:
+                    error = str(json.loads((d / MANIFEST).read_text()).get("error") or "").strip()
+                except (OSError, ValueError, AttributeError):
+                    error = ""
+                why += f": {error.splitlines()[0]}" if error else ""
+            problems[d.name] = why
+        return finished, problems
+
+    def clean_temporaries(self) -> int:
+        """Delete temporary folders left by killed processes (not held by a live writer)."""
+        n = 0
+        for d in (self.root / "runs").glob(".tmp-*"):
+            run_id = d.name[5:].rsplit("-", 1)[0]
+            try:
+                with FileLock(str(self.root / ".locks" / f"{run_id}.lock"), timeout=0):
+                    shutil.rmtree(d, ignore_errors=True)
+                    n += 1
+            except TimeoutError:  # a live writer holds the run's lock
+                continue
+        return n
+
+
+def verify_run_dir(run_dir: str | Path) -> tuple[bool, str]:
+    """``(ok, why)`` for one run folder: its manifest says finished and every file it lists is
+    inside the folder and matches its sha256."""
+    run_dir = Path(run_dir)
+    try:
+        man = json.loads((run_dir / MANIFEST).read_text())
+    except (OSError, ValueError) as err:
+        return False, f"no readable manifest ({err.__class__.__name__})"
+    if not isinstance(man, dict) or not isinstance(man.get("files", {}), dict):
+        return False, "manifest is not a JSON object with a 'files' mapping"
+    if man.get("status") != "finished":
+        return False, f"status {man.get('status')!r}"
+    for rel, digest in man.get("files", {}).items():
+        if Path(rel).is_absolute() or ".." in Path(rel).parts:
+            return False, f"manifest lists {rel!r}, outside the run folder"
+        p = run_dir / rel
+        if not p.is_file():
+            return False, f"file {rel} is missing"
+        if file_sha256(p) != digest:
+            return False, f"file {rel} does not match its sha256 (corrupted or truncated)"
+    return True, "finished"
+
+
+def _fsync_dir(path: Path) -> None:
+    for p in path.rglob("*"):
+        if p.is_file():
+            with open(p, "rb") as f:
+                os.fsync(f.fileno())

@@ -1,0 +1,640 @@
+"""A self-contained HTML report of a sweep folder, offline-viewable, that leads with the answer.
+
+Top of the page, before any figure: a smoke-run disclaimer when the runs are smoke-sized
+(:func:`smoke_reasons`), the scenario (the same banner ``anchorviz demo`` prints for the demo),
+the failure-mode verdict of ``anchorviz.summary.failure_mode`` / ``verdict_lines`` (the
+function the CLI prints, never a second rule), and a warning when the teacher's labels are
+nearly uninformative. Then the results table (readable names, fixed decimals) and the figures
+of ``plots.py``, each a function of the folder; plotly.js is embedded once.
+"""
+
+from __future__ import annotations
+
+import html
+import logging
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from anchorviz.paths import write_atomic
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "FIGURE_FORMATS",
+    "SMOKE_TEST_PAIRS",
+    "SMOKE_TRAIN_PAIRS",
+    "label_warning",
+    "mixed_configs",
+    "scenario_lines",
+    "smoke_reasons",
+    "smoke_status",
+    "table_columns",
+    "verdict_blocks",
+    "write_figures",
+    "write_report",
+]
+
+#: fewer test pairs per split than this makes a smoke run: one run's 95% interval is then wider
+#: than about +-7 points, more than the effects the protocol looks for
+SMOKE_TEST_PAIRS = 200
+#: fewer training pairs (teacher or student) than this makes a smoke run
+SMOKE_TRAIN_PAIRS = 400
+
+# (results column, header, format): "pct" accuracy in percent, "pts" signed points,
+# "unit" a unitless number in [0, 1] with 3 decimals
+_TABLE_COLUMNS: list[tuple[str, str, str]] = [
+    ("acc_id", "ID %", "pct"),
+    ("acc_id_clean", "ID clean %", "pct"),
+    ("acc_id_hidden", "ID hidden %", "pct"),
+    ("acc_ood", "OOD %", "pct"),
+    ("wrg", "WRG", "pts"),
+    ("aog", "AOG", "pts"),
+    ("nts", "NTS", "pts"),
+    ("pgr", "PGR %", "pct"),
+    ("drift_cos_target", "drift 1-cos", "unit"),
+    ("drift_cos_centred_target", "centred drift", "unit"),
+    ("drift_cka_debiased_target", "CKA (debiased)", "unit"),
+    ("q_confidence", "label conf.", "unit"),
+]
+
+
+# --------------------------------------------------------------------------- configs
+
+
+def _run_configs(sweep_dir: Path, results: pd.DataFrame) -> dict[str, dict]:
+    """``{run_id: config.yaml}`` of the runs in the results table (unreadable ones left out)."""
+    from anchorviz.pipeline.store import read_yaml
+
+    out = {}
+    for rid in results["run_id"].astype(str):
+        path = sweep_dir / "runs" / rid / "config.yaml"
+        try:
+            out[rid] = read_yaml(path) or {}
+        except Exception as err:  # a missing config must not lose the report
+            logger.debug("report: cannot read %s (%s)", path, err)
+    return out
+
+
+def _data_settings(configs: dict[str, dict], sweep_dir: Path) -> list[dict]:
+    """The ``data`` block of every run config (the sweep.yaml base when there is none)."""
+    blocks = [c["data"] for c in configs.values() if isinstance(c.get("data"), dict)]
+    if blocks:
+        return blocks
+    try:
+        from anchorviz.pipeline.store import read_yaml
+
+        base = (read_yaml(sweep_dir / "sweep.yaml") or {}).get("base") or {}
+        return [base["data"]] if isinstance(base.get("data"), dict) else []
+    except Exception:
+        return []
+
+
+def _quick_sizes() -> dict[str, int]:
+    from anchorviz.cli import demo_sweep
+
+    d = demo_sweep(quick=True).base.data
+    return {k: getattr(d, k) for k in ("teacher_train", "w2s_train", "val", "source_test",
+                                       "target_test")}
+
+
+def _is_smoke(data: dict) -> bool:
+    def small(key: str, limit: int) -> bool:
+        v = data.get(key)
+        return isinstance(v, (int, float)) and v < limit
+
+    return (small("source_test", SMOKE_TEST_PAIRS) or small("target_test", SMOKE_TEST_PAIRS)
+            or small("teacher_train", SMOKE_TRAIN_PAIRS) or small("w2s_train", SMOKE_TRAIN_PAIRS))
+
+
+def smoke_status(sweep_dir: str | Path, results: pd.DataFrame | None = None) -> dict[str, Any]:
+    """Which runs of a folder are smoke-sized, and why: ``{"smoke": [run ids], "total": n,
+    "reasons": [...]}`` (``smoke`` empty when none is).
+
+    Read from the run configs (``runs/<id>/config.yaml``; the folder's ``sweep.yaml`` when
+    there are none): test splits under :data:`SMOKE_TEST_PAIRS` pairs or training splits under
+    :data:`SMOKE_TRAIN_PAIRS`; the reasons also say whether the sizes are those of
+    ``anchorviz demo --quick`` (which the notebooks' ``ANCHORVIZ_SMOKE=1`` mode also uses)."""
+    sweep_dir = Path(sweep_dir)
+    if results is None:
+        from anchorviz.viz import plots
+
+        results = plots.load_results(sweep_dir)
+    configs = _run_configs(sweep_dir, results)
+    by_run = {rid: c["data"] for rid, c in configs.items() if isinstance(c.get("data"), dict)}
+    if not by_run:  # no run config: judge the folder by its sweep.yaml
+        blocks = _data_settings({}, sweep_dir)
+        by_run = {rid: blocks[0] for rid in results["run_id"]} if blocks else {}
+    smoke = sorted(rid for rid, d in by_run.items() if _is_smoke(d))
+    out: dict[str, Any] = {"smoke": smoke, "total": len(results), "reasons": []}
+    if not smoke:
+        return out
+    blocks = [by_run[r] for r in smoke]
+
+    def smallest(key: str) -> int | None:
+        vals = [int(b[key]) for b in blocks if isinstance(b.get(key), (int, float))]
+        return min(vals) if vals else None
+
+    reasons = out["reasons"]
+    src, tgt = smallest("source_test"), smallest("target_test")
+    small_test = [n for n in (src, tgt) if n is not None and n < SMOKE_TEST_PAIRS]
+    if small_test:
+        hw = 100 * 1.96 * math.sqrt(0.25 / min(small_test))
+        reasons.append(f"test splits of {src} source / {tgt} target pairs (under "
+                       f"{SMOKE_TEST_PAIRS}): one run's 95% interval is about ±{hw:.0f} points")
+    small_train = {k: v for k in ("teacher_train", "w2s_train")
+                   if (v := smallest(k)) is not None and v < SMOKE_TRAIN_PAIRS}
+    if small_train:
+        reasons.append("training splits of " + ", ".join(f"{v} {k}" for k, v in
+                                                         small_train.items())
+                       + f" pairs (under {SMOKE_TRAIN_PAIRS})")
+    try:
+        quick = _quick_sizes()
+        if any(all(b.get(k) == v for k, v in quick.items()) for b in blocks):
+            reasons.append("the split sizes of `anchorviz demo --quick` (also the notebooks' "
+                           "ANCHORVIZ_SMOKE=1 mode)")
+    except Exception as err:  # the CLI's demo settings are a hint, not a requirement
+        logger.debug("report: demo --quick sizes unavailable (%s)", err)
+    return out
+
+
+def smoke_reasons(sweep_dir: str | Path, results: pd.DataFrame | None = None) -> list[str]:
+    """Why runs of a folder are smoke runs whose numbers are not a result ([] if none is);
+    see :func:`smoke_status`."""
+    return smoke_status(sweep_dir, results)["reasons"]
+
+
+def mixed_configs(results: pd.DataFrame) -> list[str]:
+    """The settings (``cfg.<setting>`` columns of the results table) that differ between runs
+    of one method in this folder; [] when one base config made every run."""
+    return sorted(c[4:] for c in results.columns if c.startswith("cfg."))
+
+
+# --------------------------------------------------------------------------- top of the page
+
+
+def _pct_list(values) -> str:
+    return ", ".join(f"{v:.0%}" for v in values)
+
+
+def scenario_lines(sweep_dir: str | Path, results: pd.DataFrame) -> list[str]:
+    """The scenario in plain words: the banner ``anchorviz demo`` prints (``cli.demo_note``,
+    with how much of the marker the teacher reads) for the demo's constructed marker artefact
+    on VADER, otherwise source, targets and any artefact; then the models, split sizes and
+    seeds, read from the run configs."""
+    from anchorviz import cli
+
+    sweep_dir = Path(sweep_dir)
+    configs = _run_configs(sweep_dir, results)
+    blocks = _data_settings(configs, sweep_dir)
+    data = blocks[0] if blocks else {}
+    kind = str(data.get("artifact_kind", "none"))
+    strengths = sorted(float(s) for s in results["artifact_strength"].dropna().unique()
+                       if float(s) > 0) if "artifact_strength" in results else []
+    mode = str(data.get("artifact_target_mode", "absent"))
+    source = data.get("source") or ", ".join(sorted(results["source"].astype(str).unique()))
+    targets = data.get("targets") or []
+    lines = []
+    visibility = float(data.get("artifact_teacher_visibility", 1.0))
+    if kind == "marker" and str(source).startswith("vader-") and strengths:
+        if hasattr(cli, "demo_note"):
+            line = cli.demo_note(max(strengths), mode, visibility)
+        else:
+            line = cli.DEMO_NOTE.format(s=max(strengths), mode=mode)
+        if len(strengths) > 1:
+            line += (f" This folder holds runs at artefact strengths {_pct_list(strengths)}; "
+                     "each has its own verdict below, and the figures show the strongest.")
+        lines.append(line)
+    else:
+        line = f"Source {source}; targets {', '.join(map(str, targets)) or '-'}. "
+        if kind in ("none", "") or not strengths:
+            line += ("No planted artefact: whatever shift there is between source and targets "
+                     "is the data's own.")
+        else:
+            line += (f"A constructed source-only artefact ({kind}) is planted on the chosen side "
+                     f"of {_pct_list(strengths)} of source pairs and is {mode} in the targets: "
+                     "a shortcut built on purpose, not a property of the data.")
+            if visibility < 1:
+                line += (f" The weak teacher reads it on only {visibility:.0%} of the marked "
+                         "pairs; the student reads all of them.")
+        lines.append(line)
+    teacher = student = None
+    for key in configs.values():
+        if key.get("kind") == "student":
+            student = student or key.get("model")
+            teacher = teacher or (key.get("teacher") or {}).get("model")
+        elif key.get("kind") == "teacher":
+            teacher = teacher or key.get("model")
+        elif key.get("kind") == "ceiling":
+            student = student or key.get("model")
+    sizes = []
+    if all(isinstance(data.get(k), int) for k in ("teacher_train", "w2s_train", "source_test",
+                                                   "target_test")):
+        sizes.append(f"teacher trained on {data.get('teacher_train')} gold-labelled pairs, students "
+                     f"on the teacher's soft labels of {data.get('w2s_train')} pairs; tested on "
+                     f"{data.get('source_test')} source pairs and {data.get('target_test')} "
+                     "pairs per target")
+    seeds = sorted(int(s) for s in results["seed"].dropna().unique())
+    lines.append(f"Weak teacher {teacher or '?'}, strong student {student or '?'}"
+                 + (f"; {sizes[0]}" if sizes else "")
+                 + f"; seed{'s' if len(seeds) != 1 else ''} {', '.join(map(str, seeds))}.")
+    return lines
+
+
+def _strengths(results: pd.DataFrame) -> list[float | None]:
+    if "artifact_strength" not in results.columns:
+        return [None]
+    vals = sorted(float(s) for s in results["artifact_strength"].dropna().unique())
+    return vals if len(vals) > 1 else [None]
+
+
+def verdict_blocks(results: pd.DataFrame) -> list[dict[str, Any]]:
+    """Per artefact strength: ``{"strength", "status", "headline", "lines"}`` from
+    `anchorviz.summary.failure_mode` and `anchorviz.summary.verdict_lines` (what the CLI
+    prints). ``status``: ``"yes"`` (failure mode shown), ``"no"`` or ``"none"`` (no verdict:
+    one seed, or missing runs / columns)."""
+    from anchorviz.analysis import summary
+
+    out = []
+    for s in _strengths(results):
+        fm = summary.failure_mode(results, s)
+        lines = summary.verdict_lines(results, s)
+        at = f" at artefact strength {s:g}" if s is not None else ""
+        if fm["missing"] or fm["n_seeds"] == 0:
+            status, head = "none", f"No failure-mode verdict{at}: {fm['reason']}."
+        elif not fm["can_conclude"]:
+            status, head = "none", (f"No failure-mode verdict{at}: {fm['reason']}. The numbers "
+                                    "below are one seed's.")
+        elif fm["failure_mode"]:
+            strict = " — strict form too: AOG < 0" if fm["strict"] else ""
+            status, head = "yes", (f"Failure mode{at}: YES, beyond the seed interval{strict}. "
+                                   f"{fm['reason']}.")
+        else:
+            status, head = "no", f"Failure mode{at}: no. {fm['reason']}."
+        out.append({"strength": s, "status": status, "headline": head, "lines": lines})
+    return out
+
+
+def label_warning(results: pd.DataFrame) -> str | None:
+    """A warning when the labels the students trained on are nearly uninformative: mean
+    confidence max(q, 1 - q) below `anchorviz.plots.UNINFORMATIVE_BELOW` (teacher rows when
+    no student has it); None otherwise."""
+    from anchorviz.viz.plots import UNINFORMATIVE_BELOW
+
+    if "q_confidence" not in results.columns:
+        return None
+    for kinds in (("student",), ("teacher",)):
+        q = results.loc[results["kind"].isin(kinds), "q_confidence"].astype(float).dropna()
+        if len(q):
+            break
+    else:
+        return None
+    conf = float(q.mean())
+    if conf >= UNINFORMATIVE_BELOW:
+        return None
+    return (f"The teacher's labels are nearly uninformative: mean confidence max(q, 1 - q) = "
+            f"{conf:.3f} (0.5 is a coin flip; warned below {UNINFORMATIVE_BELOW}). A student "
+            "learns little from such labels, so the differences below say little about "
+            "weak-to-strong learning.")
+
+
+# --------------------------------------------------------------------------- table, runs
+
+
+def _pick_runs(results: pd.DataFrame) -> list[tuple[str, str]]:
+    """(title, run_id) of the runs whose map panels the report shows, at the LARGEST artefact
+    strength (the clearest shortcut, as the figures' default condition) and the lowest seed
+    number: the naive student, and the ANCHOR setting chosen on gold SOURCE-validation
+    accuracy (`anchorviz.summary.best_on_source_val`, never a target number; the largest
+    lambda when no validation accuracy is stored)."""
+    from anchorviz.analysis.summary import best_on_source_val
+
+    out = []
+    students = results[results["kind"] == "student"]
+    if students.empty:
+        return out
+    if "artifact_strength" in students:
+        students = students[students["artifact_strength"] == students["artifact_strength"].max()]
+    seed = students["seed"].min()
+    naive = students[(students["method"] == "naive") & (students["seed"] == seed)]
+    if len(naive):
+        out.append(("naive W2S student", naive.iloc[0]["run_id"]))
+    anchor = students[students["method"] == "anchor"]
+    if anchor.empty:
+        return out
+    how = "chosen on source validation"
+    try:
+        best = best_on_source_val(anchor.assign(artifact_strength=0.0))
+        ok = len(best) and np.isfinite(best.iloc[0]["acc_val"])
+    except ValueError:
+        ok = False
+    if ok:
+        lam, lay = float(best.iloc[0]["anchor_lambda"]), best.iloc[0]["anchor_layers"]
+    else:
+        how = "largest lambda (no source-validation accuracy stored)"
+        top = anchor.sort_values("anchor_lambda").iloc[-1]
+        lam, lay = float(top["anchor_lambda"]), top["anchor_layers"]
+    pick = anchor[np.isclose(anchor["anchor_lambda"], lam) & (anchor["anchor_layers"] == lay)]
+    pick = pick[pick["seed"] == pick["seed"].min()]
+    from anchorviz.viz.plots import _layers_label
+
+    out.append((f"ANCHOR student (lambda {lam:g}, {_layers_label(str(lay)) or lay}; {how})",
+                pick.iloc[0]["run_id"]))
+    return out
+
+
+def _fmt(value: Any, how: str) -> str:
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        return "–"
+    if not np.isfinite(v):
+        return "–"
+    if how == "pct":
+        return f"{100 * v:.1f}"
+    if how == "pts":
+        r = round(100 * v, 1)
+        return f"{r if r != 0 else 0.0:+.1f}"
+    return f"{v:.3f}"
+
+
+def table_columns(results: pd.DataFrame) -> list[tuple[str, str, str]]:
+    """The (column, header, format) triples the report's results table shows for ``results``:
+    the readable subset of the results columns that hold any value (debiased CKA replaced by
+    plain linear CKA on results written before it existed)."""
+    cols = []
+    for col, head, how in _TABLE_COLUMNS:
+        if col == "drift_cka_debiased_target" and (col not in results
+                                                   or results[col].isna().all()):
+            col, head = "drift_cka_target", "CKA"
+        if col in results and results[col].notna().any():
+            cols.append((col, head, how))
+    return cols
+
+
+def _table_html(results: pd.DataFrame) -> str:
+    """The results table: one row per run, a reader's method name (lambda and layers only for
+    ANCHOR), accuracies in percent and scores in points with 1 decimal, unitless measures with
+    3 decimals."""
+    from anchorviz.viz import plots
+
+    strengths = _strengths(results)
+    rows = results.copy()
+    rows["_rank"] = [plots._method_rank(m) for m in rows["method"]]
+    rows = rows.sort_values(["artifact_strength", "seed", "_rank", "anchor_lambda",
+                             "anchor_layers"], kind="stable")
+    cols = table_columns(results)
+    cfg_cols = [c for c in results.columns if c.startswith("cfg.")]
+    head = (["run", "seed"] + (["strength"] if strengths != [None] else [])
+            + [c.rsplit(".", 1)[-1] for c in cfg_cols] + [h for _, h, _ in cols])
+    body = []
+    for rd in rows.to_dict("records"):
+        cells = [plots.method_label(rd["method"], rd["anchor_lambda"], rd["anchor_layers"]),
+                 str(rd["seed"])]
+        if strengths != [None]:
+            cells.append(f"{float(rd['artifact_strength']):g}")
+        cells += ["–" if rd.get(c) is None or (isinstance(rd.get(c), float)
+                                               and not np.isfinite(rd[c])) else str(rd[c])
+                  for c in cfg_cols]
+        cells += [_fmt(rd.get(c), how) for c, _, how in cols]
+        body.append("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + "</tr>")
+    thead = "<tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in head) + "</tr>"
+    return (f"<div class='tablewrap'><table class='results'><thead>{thead}</thead><tbody>"
+            + "\n".join(body) + "</tbody></table></div>")
+
+
+# --------------------------------------------------------------------------- figures
+
+
+def _drift_columns(sweep_dir: Path, results: pd.DataFrame) -> set[str]:
+    from anchorviz.viz import plots
+
+    for rid in results.loc[results["kind"] != "teacher", "run_id"]:
+        try:
+            return set(plots.load_run_table(sweep_dir / "runs" / rid, "drift").columns)
+        except (FileNotFoundError, ValueError):
+            continue
+    return set()
+
+
+def _figures(sweep_dir: Path, results: pd.DataFrame) -> list[tuple[str, object]]:
+    from anchorviz.viz import plots
+
+    sections: list[tuple[str, object]] = []
+
+    def add(title: str, make) -> None:
+        try:
+            sections.append((title, make()))
+        except Exception as err:  # one missing piece must not lose the rest of the report
+            logger.warning("report: figure %r skipped (%s)", title, err)
+            sections.append((title, f"<p class='skip'>not available: {html.escape(str(err))}</p>"))
+
+    add("In-distribution vs out-of-distribution accuracy",
+        lambda: plots.accuracy_figure(results=results))
+    if {"acc_id_marked", "acc_id_clean"} <= set(results.columns) and \
+            results["acc_id_clean"].notna().any():
+        add("Shortcut or skill: ID accuracy on pairs with and without the artefact",
+            lambda: plots.shortcut_figure(results=results))
+    add("Transfer scores (WRG, AOG, NTS)", lambda: plots.transfer_figure(results=results))
+    have = _drift_columns(sweep_dir, results)
+    cka = "cka_debiased" if "cka_debiased" in have else "cka"
+    cos = "cosine_centred" if "cosine_centred_mean" in have else "cosine"
+    add(f"Representation drift by layer: {plots.DRIFT_METRICS[cka][1]}",
+        lambda: plots.drift_by_layer_figure(sweep_dir, metric=cka, results=results))
+    add(f"Representation drift by layer: {plots.DRIFT_METRICS[cos][1]}",
+        lambda: plots.drift_by_layer_figure(sweep_dir, metric=cos, results=results))
+    for title, run_id in _pick_runs(results):
+        run_dir = sweep_dir / "runs" / run_id
+        how = plots.projection_method(run_dir)
+        add(f"Shared {how if how != 'map' else 'map'} of reference and student states: {title}",
+            lambda d=run_dir: plots.umap_figure(d, color_by="domain", max_points=600))
+    drift_col = ("drift_cos_centred_target" if "drift_cos_centred_target" in results
+                 and results["drift_cos_centred_target"].notna().any() else "drift_cos_target")
+    add("Drift vs OOD gain, per target",
+        lambda: plots.drift_vs_ood_figure(sweep_dir, drift_col=drift_col, results=results))
+    if (results["method"] == "anchor").any():
+        add("Lambda sweep", lambda: plots.lambda_sweep_figure(results=results))
+    teacher = results[results["kind"] == "teacher"]
+    if len(teacher):
+        d = sweep_dir / "runs" / teacher.sort_values("seed").iloc[0]["run_id"]
+        add("Teacher soft-label confidence", lambda: plots.label_confidence_figure(d))
+    if (results["kind"] != "teacher").any():
+        add("Training loss per step: fit and ANCHOR terms",
+            lambda: plots.loss_curve_figure(sweep_dir, results=results))
+    return sections
+
+
+# --------------------------------------------------------------------------- paper figures
+
+#: formats of ``anchorviz report DIR --figures``
+FIGURE_FORMATS = ("pdf", "svg", "png")
+
+
+def _slug(title: str, limit: int = 60) -> str:
+    import re
+    import unicodedata
+
+    text = unicodedata.normalize("NFKD", title.replace("λ", "lambda"))
+    text = text.encode("ascii", "ignore").decode().lower()
+    text = re.sub(r"[^a-z0-9]+", "-", text).strip("-")
+    return text[:limit].rstrip("-") or "figure"
+
+
+def write_figures(sweep_dir: str | Path, fmt: str = "pdf", width: str | float = "single",
+                  *, out_dir: str | Path | None = None, dpi: int = 300,
+                  results: pd.DataFrame | None = None) -> list[Path]:
+    """The report's figures as paper figures: ``DIR/figures/NN-<title>.<fmt>`` + ``captions.txt``.
+
+    Every figure of the report (and the training-loss curves) in
+    `anchorviz.plots.paper_style`: no in-figure title -- the title is the file name and,
+    with the subtitle that says what the error bars are, a line of ``captions.txt`` --,
+    ``width`` ``"single"`` (3.5 in) or ``"double"`` (7.2 in) column, 8 pt text, the
+    Okabe-Ito colours. ``fmt``: ``pdf`` / ``svg`` (vector, physical size) or ``png``
+    (``dpi``). A figure that cannot be drawn from this folder is listed in captions.txt as
+    skipped, with why. Returns the written image paths. Raises `anchorviz.plots.ExportError`
+    when no static exporter works (kaleido needs Chrome / Chromium).
+    """
+    from anchorviz.viz import plots
+
+    fmt = fmt.lower().lstrip(".")
+    if fmt not in FIGURE_FORMATS:
+        raise ValueError(f"figure format must be one of {list(FIGURE_FORMATS)}, got {fmt!r}")
+    inches = plots.paper_width_inches(width)
+    sweep_dir = Path(sweep_dir)
+    if results is None:
+        results = plots.load_results(sweep_dir)
+    folder = Path(out_dir) if out_dir is not None else sweep_dir / "figures"
+    folder.mkdir(parents=True, exist_ok=True)
+    figs, paths, lines = [], [], []
+    for i, (title, obj) in enumerate(_figures(sweep_dir, results), start=1):
+        name = f"{i:02d}-{_slug(title)}.{fmt}"
+        if isinstance(obj, str):
+            import re
+
+            why = html.unescape(re.sub(r"<[^>]+>", "", obj))
+            lines.append(f"{name}: skipped -- {title}: {why}")
+            continue
+        figs.append(obj)
+        paths.append(folder / name)
+        caption = plots.figure_caption(obj)
+        lines.append(f"{name}: {title}. {caption}")
+    written = plots.export_paper_figures(figs, paths, width=width, dpi=dpi)
+    size = (f"{inches:g} in wide ({width} column)" if isinstance(width, str) else
+            f"{inches:g} in wide")
+    head = (f"Figures of {sweep_dir} for a paper: {fmt.upper()}, {size}"
+            + (f", {dpi} dpi" if fmt == "png" else "") + "; titles are here, not in the "
+            "figures.\n\n")
+    (folder / "captions.txt").write_text(head + "\n".join(lines) + "\n", encoding="utf-8")
+    return written
+
+
+# --------------------------------------------------------------------------- page
+
+
+_CSS = """
+body{font-family:system-ui,sans-serif;max-width:1200px;margin:1.5em auto;padding:0 1em;
+  line-height:1.4;color:#222}
+h1{font-size:1.5em;overflow-wrap:anywhere}
+.box{border-radius:6px;padding:.7em 1em;margin:.8em 0}
+.smoke{background:#fff4ce;border:2px solid #b8860b}
+.warn{background:#fdecea;border:1px solid #c0392b}
+.scenario{background:#f3f6fa;border:1px solid #c9d6e3}
+.verdict{border:1px solid #999}
+.verdict .yes{color:#8b1a1a} .verdict .no{color:#1f4e79} .verdict .none{color:#555}
+.headline{font-weight:600;margin:.2em 0 .4em}
+pre{white-space:pre-wrap;font-size:12.5px;margin:.2em 0;overflow-wrap:anywhere}
+.tablewrap{overflow-x:auto;max-width:100%}
+table.results{border-collapse:collapse;font-size:12.5px;font-variant-numeric:tabular-nums}
+table.results td,table.results th{padding:2px 6px;border-bottom:1px solid #ddd;text-align:right;
+  white-space:nowrap}
+table.results td:first-child,table.results th:first-child{text-align:left}
+table.results th{position:sticky;top:0;background:#fff}
+.skip{color:#a00}
+.plotly-graph-div{max-width:100%}
+"""
+
+
+def write_report(sweep_dir: str | Path, path: str | Path | None = None) -> Path:
+    """Write ``report.html`` (or ``path``) for a sweep folder; returns the path.
+
+    Order: title, smoke disclaimer (:func:`smoke_reasons`), scenario (:func:`scenario_lines`),
+    verdict (:func:`verdict_blocks`), label warning (:func:`label_warning`), results table,
+    figures."""
+    from anchorviz.viz import plots
+
+    sweep_dir = Path(sweep_dir)
+    results = plots.load_results(sweep_dir)
+    path = Path(path) if path else sweep_dir / "report.html"
+    esc = html.escape
+
+    top = []
+    smoke = smoke_status(sweep_dir, results)
+    if smoke["smoke"]:
+        n, total = len(smoke["smoke"]), smoke["total"]
+        head = ("Smoke run: these numbers are not a result." if n >= total else
+                f"Smoke runs mixed in: {n} of {total} runs are smoke-sized; their numbers are "
+                "not a result, and the verdict and figures below pool them with the others.")
+        top.append(f"<div class='box smoke' id='smoke'><b>{esc(head)}</b> Smoke-sized runs only "
+                   "show that the pipeline runs: " + "; ".join(esc(r) for r in smoke["reasons"])
+                   + ". For a result: larger splits (<code>anchorviz demo</code> without "
+                   "<code>--quick</code>, the notebooks without ANCHORVIZ_SMOKE=1) and several "
+                   "seeds.</div>")
+    mixed = mixed_configs(results)
+    if mixed:
+        top.append("<div class='box warn' id='mixed'><b>Mixed configurations.</b> This folder "
+                   "holds runs of different base configs (they differ in "
+                   + esc(", ".join(mixed)) + "); the table's cfg columns tell them apart, but "
+                   "the verdict and the figures pool runs of one method across them. Give each "
+                   "configuration its own folder for a clean reading.</div>")
+    top.append("<div class='box scenario' id='scenario'><b>Scenario.</b> "
+               + "<br>".join(esc(x) for x in scenario_lines(sweep_dir, results)) + "</div>")
+    verdict = ["<div class='box verdict' id='verdict'><b>Verdict</b> (computed from the "
+               "results table by <code>anchorviz.summary.failure_mode</code>, the same function "
+               "<code>anchorviz demo</code> prints):"]
+    for b in verdict_blocks(results):
+        verdict.append(f"<p class='headline {b['status']}'>{esc(b['headline'])}</p>"
+                       f"<pre>{esc(chr(10).join(b['lines']))}</pre>")
+    verdict.append("</div>")
+    top.append("".join(verdict))
+    warn = label_warning(results)
+    if warn:
+        top.append(f"<div class='box warn' id='label-warning'><b>⚠ Labels.</b> {esc(warn)}</div>")
+
+    targets = plots.sweep_targets(results)
+    parts = []
+    first = True
+    for title, obj in _figures(sweep_dir, results):
+        parts.append(f"<h2>{esc(title)}</h2>")
+        if isinstance(obj, str):
+            parts.append(obj)
+            continue
+        obj.update_layout(width=None, autosize=True)
+        height = obj.layout.height or 520
+        parts.append(obj.to_html(full_html=False, include_plotlyjs="inline" if first else False,
+                                 default_width="100%", default_height=f"{height}px",
+                                 config={"responsive": True}))
+        first = False
+    doc = f"""<!doctype html><html><head><meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>anchorviz report: {esc(sweep_dir.name)}</title>
+<style>{_CSS}</style></head><body>
+<h1>anchorviz report: {esc(str(sweep_dir))}</h1>
+{chr(10).join(top)}
+<h2>Results</h2>
+<p>One row per run. Accuracies in percent and transfer scores in points, 1 decimal; drift, CKA
+and label confidence are unitless in [0, 1], 3 decimals. WRG = Acc_student(ID) -
+Acc_teacher(ID); AOG = Acc_student(OOD) - Acc_teacher(OOD); NTS = AOG - max(0, Acc_teacher(ID) -
+Acc_student(ID)); PGR = WRG / (Acc_ceiling(ID) - Acc_teacher(ID)). ID clean: the source test
+pairs without the planted artefact; ID hidden: the marked ones whose marker the teacher could not
+read (when it reads only some). OOD = all target test pairs pooled
+({esc(", ".join(targets)) or "-"}). Drift and CKA: last layer, student vs its frozen pretrained
+reference, mean over the targets. Label conf. = mean max(q, 1 - q) of the labels the run
+trained on.</p>
+{_table_html(results)}
+{chr(10).join(parts)}
+</body></html>"""
+    write_atomic(path, lambda tmp: tmp.write_text(doc, encoding="utf-8"))
+    return path
