@@ -50,7 +50,7 @@ def demo_sweep(strength: float = 0.8, seeds: tuple[int, ...] = (0,), quick: bool
                scenario: str = DEFAULT_SCENARIO, visibility: float | None = None):
     """The demo: teacher, ceiling, naive and ANCHOR at a small lambda grid, in one of the
     `SCENARIOS` (``visibility`` overrides the scenario's teacher visibility of the marker)."""
-    from anchorviz.experiment import ConfigError, RunConfig, SweepConfig
+    from anchorviz.config import ConfigError, RunConfig, SweepConfig
 
     if scenario not in SCENARIOS:
         raise ConfigError(f"--scenario must be one of {sorted(SCENARIOS)}, got {scenario!r}")
@@ -100,7 +100,8 @@ def _verdict(df) -> str:
 
 
 def cmd_demo(args) -> int:
-    from anchorviz.experiment import expand_sweep, sweep
+    from anchorviz.config import expand_sweep
+    from anchorviz.pipeline.sweep import sweep
 
     if args.out is None:
         args.out = "runs/demo-quick" if args.quick else "runs/demo"
@@ -117,7 +118,7 @@ def cmd_demo(args) -> int:
                address=args.address)
     # the folder may also hold other scenarios' runs (another --scenario, the notebooks): the
     # table and the verdict are this demo's runs only
-    from anchorviz.experiment import expand_sweep
+    from anchorviz.config import expand_sweep
     from anchorviz.pipeline.runner import build_graph
 
     own = {n.id for n in build_graph(expand_sweep(sw)) if n.kind != "reference"}
@@ -142,7 +143,7 @@ def _parse_sets(items: list[str] | None) -> list[tuple[str, object]]:
     would give it."""
     import yaml
 
-    from anchorviz.experiment import ConfigError
+    from anchorviz.config import ConfigError
 
     out = []
     for item in items or []:
@@ -167,7 +168,7 @@ def _set_in(tree: dict, cls, key: str, value: object, root: str = "") -> None:
     import difflib
     import typing
 
-    from anchorviz.experiment import ConfigError
+    from anchorviz.config import ConfigError
 
     node, tp, parts = tree, cls, key.split(".")
     for i, part in enumerate(parts):
@@ -200,7 +201,7 @@ def _set_in(tree: dict, cls, key: str, value: object, root: str = "") -> None:
 
 def apply_sets(cfg, items: list[str] | None, where: str = "--set"):
     """``cfg`` (a `RunConfig`) with ``--set key=value`` overrides, validated again."""
-    from anchorviz.experiment import RunConfig, config_from_dict
+    from anchorviz.config import RunConfig, config_from_dict
 
     sets = _parse_sets(items)
     if not sets:
@@ -217,7 +218,7 @@ def apply_sweep_sets(sw, items: list[str] | None):
     a list of the grid (``grid.seeds=[0,1,2]``)."""
     import dataclasses
 
-    from anchorviz.experiment import ConfigError, RunConfig, sweep_from_dict
+    from anchorviz.config import ConfigError, RunConfig, sweep_from_dict
 
     sets = _parse_sets(items)
     if not sets:
@@ -240,7 +241,9 @@ def apply_sweep_sets(sw, items: list[str] | None):
 
 
 def cmd_run(args) -> int:
-    from anchorviz.experiment import load_config, results_table, run
+    from anchorviz.config import load_config
+    from anchorviz.pipeline.results import results_table
+    from anchorviz.pipeline.sweep import run
 
     cfg = apply_sets(load_config(args.config), args.set)
     run(cfg, args.out, jobs=args.jobs, threads=args.threads, backend=args.backend,
@@ -250,7 +253,8 @@ def cmd_run(args) -> int:
 
 
 def cmd_sweep(args) -> int:
-    from anchorviz.experiment import load_sweep, sweep
+    from anchorviz.config import load_sweep
+    from anchorviz.pipeline.sweep import sweep
 
     sw = apply_sweep_sets(load_sweep(args.config), args.set)
     df = sweep(sw, args.out, jobs=args.jobs, threads=args.threads, backend=args.backend,
@@ -264,7 +268,7 @@ def cmd_sweep(args) -> int:
 def cmd_report(args) -> int:
     """Rebuild the results table from the run folders (a stale, damaged or truncated
     ``results.parquet`` is never trusted), say which runs could not be read, write the report."""
-    from anchorviz.experiment import results_table
+    from anchorviz.pipeline.results import results_table
 
     path = Path(args.dir)
     if not (path / "runs").is_dir():
@@ -531,8 +535,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from anchorviz.config import ConfigError
     from anchorviz.data.pairs import DataError
-    from anchorviz.experiment import ConfigError
     from anchorviz.models.reward_model import ModelError
     from anchorviz.models.tokenization import TokenizationError
     from anchorviz.pipeline.store import StoreError

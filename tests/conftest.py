@@ -99,7 +99,7 @@ def count_training(monkeypatch):
         calls.append(k.get("desc"))
         return real(*a, **k)
 
-    monkeypatch.setattr(ex, "train_reward_model", counting)
+    monkeypatch.setattr("anchorviz.pipeline.steps.train_reward_model", counting)
     return calls
 
 

@@ -68,7 +68,8 @@ def install_hooks(log: EventLog, kill: str | None, reverse: bool) -> None:
     import pandas as pd
 
     import anchorviz.capture as capture_mod
-    import anchorviz.experiment as ex
+    import anchorviz.pipeline.steps as steps_mod
+    import anchorviz.pipeline.sweep as sweep_mod
     import anchorviz.store as store_mod
 
     kind, *nums = (kill or "none").split(":")
@@ -76,7 +77,7 @@ def install_hooks(log: EventLog, kill: str | None, reverse: bool) -> None:
     state: dict[str, Any] = {"run": "-", "commits": 0, "in_commit": 0, "hashed": 0,
                              "trains": 0, "ref_files": 0}
 
-    real_guarded = ex._run_guarded
+    real_guarded = steps_mod._run_guarded
 
     def guarded(store, run_id, key, body):
         def logged_body(tmp):
@@ -89,9 +90,9 @@ def install_hooks(log: EventLog, kill: str | None, reverse: bool) -> None:
             log.write("done", run_id)
         return res
 
-    ex._run_guarded = guarded
+    steps_mod._run_guarded = guarded
 
-    real_train = ex.train_reward_model
+    real_train = steps_mod.train_reward_model
 
     def train(*a, **k):
         state["trains"] += 1
@@ -101,7 +102,7 @@ def install_hooks(log: EventLog, kill: str | None, reverse: bool) -> None:
             _die(log, f"aftertrain:{state['run']}")
         return out
 
-    ex.train_reward_model = train
+    steps_mod.train_reward_model = train
 
     real_commit = store_mod.RunStore.commit
 
@@ -161,8 +162,8 @@ def install_hooks(log: EventLog, kill: str | None, reverse: bool) -> None:
     pd.DataFrame.to_parquet = to_parquet
 
     if reverse:
-        real_expand = ex.expand_sweep
-        ex.expand_sweep = lambda sw: list(reversed(real_expand(sw)))
+        real_expand = sweep_mod.expand_sweep
+        sweep_mod.expand_sweep = lambda sw: list(reversed(real_expand(sw)))
 
 
 def main(argv: list[str] | None = None) -> int:

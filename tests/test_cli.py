@@ -46,7 +46,6 @@ def test_exit_codes(tmp_path, capsys):
 def test_demo_scenarios_and_bad_knobs_fail_before_any_work(tmp_path, capsys, monkeypatch):
     import pytest
 
-    import anchorviz.experiment as ex
     from anchorviz.cli import SCENARIOS, demo_note, demo_sweep
     from anchorviz.experiment import ConfigError
 
@@ -59,7 +58,7 @@ def test_demo_scenarios_and_bad_knobs_fail_before_any_work(tmp_path, capsys, mon
     assert "can read the marker on only" not in demo_note(0.8, "absent", 1.0)
     with pytest.raises(ConfigError, match="--scenario"):
         demo_sweep(scenario="nope")
-    monkeypatch.setattr(ex, "sweep", lambda *a, **k: pytest.fail("no work may start"))
+    monkeypatch.setattr("anchorviz.pipeline.sweep.sweep", lambda *a, **k: pytest.fail("no work may start"))
     assert main(["demo", "--visibility", "1.5", "--out", str(tmp_path / "d")]) == EXIT_CONFIG
     assert "artifact_teacher_visibility" in capsys.readouterr().err
     with pytest.raises(SystemExit):

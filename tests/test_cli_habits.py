@@ -25,9 +25,9 @@ def _no_work(monkeypatch, seen: dict | None = None):
         seen["sweep"] = sw
         return pd.DataFrame({"method": []})
 
-    monkeypatch.setattr(ex, "run", fake_run)
-    monkeypatch.setattr(ex, "sweep", fake_sweep)
-    monkeypatch.setattr(ex, "results_table", lambda out: pd.DataFrame({"method": []}))
+    monkeypatch.setattr("anchorviz.pipeline.sweep.run", fake_run)
+    monkeypatch.setattr("anchorviz.pipeline.sweep.sweep", fake_sweep)
+    monkeypatch.setattr("anchorviz.pipeline.results.results_table", lambda out: pd.DataFrame({"method": []}))
 
 
 def _write(path, data):

@@ -54,8 +54,8 @@ def one_thread() -> Iterator[None]:
 @pytest.fixture(autouse=True)
 def fresh_caches(monkeypatch: pytest.MonkeyPatch) -> None:
     # what a new process would see: no cached data splits, no fitted projections
-    monkeypatch.setattr(ex, "_DATA_CACHE", {})
-    monkeypatch.setattr(ex, "_PROJECTORS", {})
+    monkeypatch.setattr("anchorviz.pipeline.prepare._DATA_CACHE", {})
+    monkeypatch.setattr("anchorviz.pipeline.steps._PROJECTORS", {})
 
 
 @pytest.fixture(scope="module")
@@ -272,7 +272,7 @@ def test_corrupted_files_in_several_runs_are_redone_not_read(
         trained.append(k.get("desc"))
         return real(*a, **k)
 
-    monkeypatch.setattr(ex, "train_reward_model", counting)
+    monkeypatch.setattr("anchorviz.pipeline.steps.train_reward_model", counting)
     table = ex.sweep(ex.load_sweep(sweep_yaml), out)
     assert sorted(trained) == sorted(["teacher", by_kind["ceiling"], by_kind["anchor"]])
     compare_tables(table, ref_table)
@@ -332,7 +332,7 @@ def test_transient_nan_fails_the_run_and_a_rerun_redoes_the_same_run(
         finally:
             monkeypatch.setattr(train_mod, "bt_soft_loss", real_bt)
 
-    monkeypatch.setattr(ex, "train_reward_model", nan_in_student)
+    monkeypatch.setattr("anchorviz.pipeline.steps.train_reward_model", nan_in_student)
     with pytest.raises(NonFiniteLossError, match=r"non-finite loss at step 2: fit=nan, total=nan; "
                                                  r"batch pair_ids: \[src:"):
         ex.run(cfg, out)
@@ -343,7 +343,7 @@ def test_transient_nan_fails_the_run_and_a_rerun_redoes_the_same_run(
     assert not store.is_finished(student)
     assert ex.results_table(out)["kind"].tolist() == ["ceiling", "teacher"]
 
-    monkeypatch.setattr(ex, "train_reward_model", real_train)  # the fault is gone
+    monkeypatch.setattr("anchorviz.pipeline.steps.train_reward_model", real_train)  # the fault is gone
     results = ex.run(cfg, out)
     assert [r.computed for r in results] == [False, False, True]  # only the failed run redone
     assert results[-1].run_id == student and store.manifest(student)["status"] == "finished"
@@ -407,8 +407,8 @@ def test_same_config_and_seed_give_identical_results_twice_on_cpu(
     cfg = tiny_config(tmp_path, **{"method.name": "anchor", "method.anchor_lambda": 1.0})
     outs = [tmp_path / "first", tmp_path / "second"]
     for out in outs:
-        monkeypatch.setattr(ex, "_DATA_CACHE", {})
-        monkeypatch.setattr(ex, "_PROJECTORS", {})
+        monkeypatch.setattr("anchorviz.pipeline.prepare._DATA_CACHE", {})
+        monkeypatch.setattr("anchorviz.pipeline.steps._PROJECTORS", {})
         ex.run(cfg, out)
     a, b = (RunStore(o) for o in outs)
     assert a.finished_runs() == b.finished_runs() and len(a.finished_runs()) == 3
@@ -437,7 +437,7 @@ def test_same_config_and_seed_give_identical_results_twice_on_cpu(
                    pd.read_parquet(outs[0] / "results.parquet"))
     # and the comparison can fail: another seed gives other scores
     other = ex.with_overrides(cfg, seed=1)
-    monkeypatch.setattr(ex, "_PROJECTORS", {})
+    monkeypatch.setattr("anchorviz.pipeline.steps._PROJECTORS", {})
     student = ex.run(other, tmp_path / "third")[-1]
     first = pd.read_parquet(a.run_dir(ex.run_id_for(ex.student_key(cfg, "student")))
                             / "scores.parquet")

@@ -36,7 +36,7 @@ def test_a_target_that_is_the_source_is_refused_before_any_work(tmp_path, monkey
     def forbidden(*a, **k):
         raise AssertionError("trained although the target is the source")
 
-    monkeypatch.setattr(ex, "train_reward_model", forbidden)
+    monkeypatch.setattr("anchorviz.pipeline.steps.train_reward_model", forbidden)
     d = cfg.to_dict()
     d["data"]["targets"] = [src]
     path = tmp_path / "self.yaml"

@@ -49,9 +49,9 @@ def no_training(monkeypatch):
     def forbidden(*a, **k):
         raise AssertionError("training started although the config is invalid")
 
-    monkeypatch.setattr(ex, "train_reward_model", forbidden)
-    monkeypatch.setattr(ex, "ensure_teacher", forbidden)
-    monkeypatch.setattr(ex, "run_student", forbidden)
+    monkeypatch.setattr("anchorviz.pipeline.steps.train_reward_model", forbidden)
+    monkeypatch.setattr("anchorviz.pipeline.steps.ensure_teacher", forbidden)
+    monkeypatch.setattr("anchorviz.pipeline.steps.run_student", forbidden)
 
 
 @pytest.mark.parametrize("section, key, value, match", BAD_VALUES,

@@ -199,7 +199,7 @@ def failure_mode(results: pd.DataFrame, strength: float | None = None, *, method
     shows it; ``strict`` likewise for the strict form.
 
     Args:
-        results: the results table (`anchorviz.experiment.results_table`).
+        results: the results table (`anchorviz.pipeline.results.results_table`).
         strength: artefact strength to select; None uses every row (a table with no artefact).
         method: the student whose runs are judged (``"naive"``).
         confidence: confidence of the seed intervals.

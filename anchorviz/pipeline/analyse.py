@@ -433,8 +433,9 @@ def _sample(df: pd.DataFrame, n: int, seed: int) -> pd.DataFrame:
 def analysis_data(source: Any, targets: list, unlabelled: list, n: int, seed: int) -> dict:
     """``{"source_test": pairs, "target_test:<name>": pairs, ...}``: at most ``n`` pairs per
     dataset (a seeded sample), read like the run configs' datasets
-    (`anchorviz.experiment.load_dataset_entry`: names, paths, ``{path, name, column_map}``)."""
-    from anchorviz.experiment import check_dataset_entry, load_dataset_entry, target_name
+    (`anchorviz.pipeline.prepare.load_dataset_entry`: names, paths, ``{path, name, column_map}``)."""
+    from anchorviz.config import check_dataset_entry, target_name
+    from anchorviz.pipeline.prepare import load_dataset_entry
 
     check_dataset_entry(source, "source")
     data = {"source_test": _sample(load_dataset_entry(source)[0], n, seed)}
@@ -549,13 +550,13 @@ def _check_same_tokens(ckpt_tok, reference: str, data: dict, trust_remote_code: 
 
 def _accuracy(scores: pd.DataFrame, labelled: list[str], n_boot: int, seed: int) -> dict:
     """The pipeline's accuracy block over the labelled splits only."""
-    from anchorviz.experiment import _accuracy_block
+    from anchorviz.pipeline.results import _accuracy_block
 
     return _accuracy_block(scores[scores["split"].isin(labelled)], n_boot, seed)
 
 
 def _projection(ref_caps: dict, caps: dict, data: dict, method: str, fit_rows: int):
-    from anchorviz.experiment import fit_shared_projection, projection_frame
+    from anchorviz.pipeline.steps import fit_shared_projection, projection_frame
 
     layer = max(ref_caps[next(iter(ref_caps))].layers)
     proj, ref_xy = fit_shared_projection(ref_caps, layer, method, fit_rows)
@@ -578,14 +579,10 @@ def analyse(model: str, reference: str, source: Any, targets: list | tuple = (),
     ``NAME=PATH`` names a file). Writes a run folder under ``out`` (see the module
     docstring) and ``out/ood_risk.csv``; returns an `AnalyseResult`."""
     from anchorviz.analysis.capture import resolve_capture_layers, save_captured
-    from anchorviz.experiment import (
-        _bootstrap_groups,
-        _drift,
-        _run_guarded,
-        normalise_dataset_entry,
-        results_table,
-    )
+    from anchorviz.config import normalise_dataset_entry
     from anchorviz.models.tokenization import encode_pairs
+    from anchorviz.pipeline.results import _bootstrap_groups, results_table
+    from anchorviz.pipeline.steps import _drift, _run_guarded
     from anchorviz.pipeline.store import RunStore
 
     if not (isinstance(pairs, int) and pairs >= 4):
@@ -597,7 +594,7 @@ def analyse(model: str, reference: str, source: Any, targets: list | tuple = (),
     unlabelled = [_parse_entry(t) for t in unlabelled]
     label = name or _label(model)
     data = analysis_data(source, targets, unlabelled, pairs, seed)
-    from anchorviz.experiment import target_name
+    from anchorviz.config import target_name
 
     unl_splits = [f"target_test:{target_name(t)}" for t in unlabelled]
     lab_splits = [s for s in data if s not in unl_splits]

@@ -78,7 +78,7 @@ def build_graph(configs: Iterable) -> list[Node]:
     """The nodes for a list of ``RunConfig`` (students), deduplicated, in a runnable order:
     every node comes after its dependencies; teachers and reference captures first, then
     ceilings, then students (so the long chains start early)."""
-    from anchorviz.experiment import reference_key, run_id_for, student_key, teacher_key
+    from anchorviz.pipeline.keys import reference_key, run_id_for, student_key, teacher_key
     from anchorviz.pipeline.store import config_hash
 
     nodes: dict[str, Node] = {}
@@ -98,14 +98,9 @@ def build_graph(configs: Iterable) -> list[Node]:
 
 def execute_node(kind: str, config: dict, out_dir: str) -> dict:
     """Run one node in this process (what a worker does); returns a small summary."""
-    from anchorviz.experiment import (
-        config_from_dict,
-        data_config,
-        ensure_reference_capture,
-        ensure_teacher,
-        prepare_data,
-        run_student,
-    )
+    from anchorviz.config import config_from_dict
+    from anchorviz.pipeline.prepare import data_config, prepare_data
+    from anchorviz.pipeline.steps import ensure_reference_capture, ensure_teacher, run_student
     from anchorviz.pipeline.store import RunStore
 
     t0 = time.perf_counter()
@@ -114,7 +109,7 @@ def execute_node(kind: str, config: dict, out_dir: str) -> dict:
     data = prepare_data(data_config(cfg))
     computed = True
     if kind == "reference":
-        from anchorviz.experiment import reference_capture_stored
+        from anchorviz.pipeline.steps import reference_capture_stored
 
         # a capture already in the store costs nothing: it must not feed the ETA as a computed node
         computed = not reference_capture_stored(store, cfg)

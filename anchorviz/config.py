@@ -1,0 +1,646 @@
+"""Run and sweep configs: the dataclasses, loading from YAML / dicts, validation, overrides.
+
+A `RunConfig` says everything one run computes from (data, models, method, the two training
+sections, capture); `RunConfig.validate` checks every value before anything loads or trains, so a
+bad setting fails at once with a `ConfigError` naming the key. A `SweepConfig` is a base config
+and a grid; `expand_sweep` turns it into the student configs of the grid. The pipeline that
+runs them is `anchorviz.pipeline` (`run`, `sweep`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import os
+import re
+import types
+import typing
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from anchorviz.training.loop import TrainConfig
+from anchorviz.training.losses import is_layer_spec
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "DATASET_ENTRY_KEYS",
+    "METHODS",
+    "CaptureConfig",
+    "ConfigError",
+    "DataConfig",
+    "MethodConfig",
+    "ModelsConfig",
+    "RunConfig",
+    "SweepConfig",
+    "check_dataset_entry",
+    "config_from_dict",
+    "dataset_label",
+    "dataset_path",
+    "expand_sweep",
+    "load_config",
+    "load_sweep",
+    "normalise_dataset_entry",
+    "sweep_from_dict",
+    "target_name",
+    "with_overrides",
+]
+
+
+METHODS = ("naive", "confidence", "anchor", "seam")
+
+
+class ConfigError(ValueError):
+    """A config value or key that is not allowed; the message names the key and what is expected."""
+
+
+@dataclass
+class DataConfig:
+    """Source / target datasets, split sizes and the optional source-only artefact.
+
+    ``source`` and each of ``targets``: a dataset name (``anchorviz datasets``), a local file or
+    folder (jsonl / json / parquet / csv / tsv), a hub id, or a mapping ``{path: ..., name: ...,
+    column_map: {...}}`` (`DATASET_ENTRY_KEYS`; docs/YOUR_DATA.md): ``column_map`` renames the
+    file's columns (``{chosen: good, rejected: bad, prompt: question}``), ``name`` is the short
+    name used in split, column and file names and as the domain label."""
+
+    source: str | dict = "vader-movie"
+    targets: list[str | dict] = field(
+        default_factory=lambda: ["vader-amazon", "vader-nyt", "vader-tweets"])
+    teacher_train: int = 600
+    w2s_train: int = 1200
+    val: int = 200
+    source_test: int = 500
+    target_test: int = 500
+    max_length: int = 64
+    split_seed: int = 0
+    # True: run seed k uses split seed split_seed + k, so seeds vary the data split (which pairs
+    # land in which split, where the artefact goes) as well as the training order
+    split_per_seed: bool = False
+    group_key: str = "auto"  # "auto" (prompt unless all prompts are equal), "prompt" or "none"
+    artifact_kind: str = "none"  # "none" | "marker" | "order" | "echo" | "length"
+    artifact_strength: float = 0.0
+    artifact_target_mode: str = "absent"  # "absent" | "neutral" | "reversed"
+    # fraction of the source's artefact-carrying pairs on which the weak TEACHER can read the
+    # artefact (elsewhere its copy of the pair lacks it, as if the cue lay beyond its context
+    # window); the student always sees it. 1 = the plain artefact
+    artifact_teacher_visibility: float = 1.0
+    # how the teacher reads the artefacts it can read: "same" (the student's text) or "marker"
+    # (its copy carries the marker " [verified]" instead of an order / echo cue: a cue the weak
+    # teacher cannot learn reaches its labels, and the student must drift to read it)
+    artifact_teacher_form: str = "same"
+
+
+@dataclass
+class ModelsConfig:
+    teacher: str = "minilm-l3"
+    student: str = "minilm-l6"
+    pooling: str = "auto"
+    teacher_dropout: bool = True
+    # off: the reference runs in eval mode, so student dropout alone would leave an anchor MSE
+    # floor that lambda also penalises; off, lambda acts only on real drift
+    student_dropout: bool = False
+    student_lora: dict | None = None  # PEFT LoraConfig kwargs, e.g. {"r": 8}
+    trust_remote_code: bool = False
+    dtype: str = "float32"  # "float32" | "bfloat16"
+
+
+@dataclass
+class MethodConfig:
+    name: str = "naive"  # naive | confidence | anchor | seam
+    anchor_lambda: float = 0.0
+    anchor_layers: str = "last"  # "last" | "middle" | "all" | "3,5"
+    # "pair": L_anchor(i) per preference pair (mean over its response tokens), then the batch
+    # mean, as in the paper's L(i) = L_w2s(i) + lambda L_anchor(i); "token": one mean over every
+    # response token of the batch (long responses weigh more)
+    anchor_normalise: str = "pair"
+    reference: str = "auto"  # auto | copy | adapter_off | cached
+    aux_coef: float = 0.75
+    aux_warmup_frac: float = 0.2
+    label_temperature: float = 1.0  # q = sigmoid((r_c - r_r) / T); T < 1 sharpens
+    hard_labels: bool = False  # q in {0, 1}: the teacher's argmax instead of its probability
+
+
+@dataclass
+class CaptureConfig:
+    layers: str = "all"
+    batch_size: int = 64
+    save_hidden: bool = True
+    token_sample: int = 0
+    projection: str = "auto"  # auto | umap | pca | none
+    projection_fit_rows: int = 1500
+    n_boot: int = 1000
+
+
+@dataclass
+class RunConfig:
+    data: DataConfig = field(default_factory=DataConfig)
+    models: ModelsConfig = field(default_factory=ModelsConfig)
+    method: MethodConfig = field(default_factory=MethodConfig)
+    teacher_train: TrainConfig = field(default_factory=lambda: TrainConfig(lr=1e-4, epochs=2))
+    student_train: TrainConfig = field(default_factory=lambda: TrainConfig(lr=5e-5, epochs=2))
+    capture: CaptureConfig = field(default_factory=CaptureConfig)
+    seed: int = 0
+    ceiling: bool = True  # also train the gold-label ceiling (for PGR)
+    # experiment tracking, as TRL's report_to: [tensorboard, mlflow, wandb] ("all" / "none");
+    # off by default and never part of a run key (anchorviz.tracking)
+    report_to: list[str] | str = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def validate(self) -> RunConfig:
+        d, m = self.data, self.method
+        if m.name not in METHODS:
+            raise ConfigError(f"method.name must be one of {METHODS}, got {m.name!r}")
+        if m.name == "seam":
+            from anchorviz.training.seam import check_generative
+
+            try:
+                check_generative(self.models.student)
+            except ValueError as err:
+                raise ConfigError(f"method 'seam': {err}") from None
+        if not (isinstance(m.anchor_lambda, (int, float)) and math.isfinite(m.anchor_lambda)
+                and m.anchor_lambda >= 0):
+            raise ConfigError(f"method.anchor_lambda must be a finite number >= 0, got {m.anchor_lambda!r}")
+        if m.name == "anchor" and m.anchor_lambda == 0:
+            logger.warning("method anchor with anchor_lambda 0 trains exactly like naive")
+        if not m.label_temperature > 0:
+            raise ConfigError(f"method.label_temperature must be > 0, got {m.label_temperature!r}")
+        if not is_layer_spec(m.anchor_layers):
+            raise ConfigError("method.anchor_layers must be 'last', 'middle', 'all' or comma-separated "
+                              f"layer indices >= 0 such as '3,5', got {m.anchor_layers!r}")
+        if m.anchor_normalise not in ("pair", "token"):
+            raise ConfigError(f"method.anchor_normalise must be pair|token, got {m.anchor_normalise!r}")
+        if m.reference not in ("auto", "copy", "adapter_off", "cached"):
+            raise ConfigError(f"method.reference must be auto|copy|adapter_off|cached, got {m.reference!r}")
+        if d.artifact_kind not in ("none", "marker", "order", "echo", "length"):
+            raise ConfigError("data.artifact_kind must be none|marker|order|echo|length, got "
+                              f"{d.artifact_kind!r}")
+        if not (isinstance(d.artifact_teacher_visibility, (int, float))
+                and 0 <= d.artifact_teacher_visibility <= 1):
+            raise ConfigError("data.artifact_teacher_visibility must be in [0, 1], got "
+                              f"{d.artifact_teacher_visibility!r}")
+        if d.artifact_teacher_visibility < 1 and d.artifact_kind == "none":
+            raise ConfigError("data.artifact_teacher_visibility < 1 needs an artefact "
+                              "(data.artifact_kind marker, order, echo or length)")
+        if d.artifact_teacher_form not in ("same", "marker"):
+            raise ConfigError("data.artifact_teacher_form must be same|marker, got "
+                              f"{d.artifact_teacher_form!r}")
+        if d.artifact_teacher_form == "marker" and d.artifact_kind not in ("order", "echo"):
+            raise ConfigError("data.artifact_teacher_form 'marker' replaces an order or echo cue "
+                              "in the teacher's copy: set data.artifact_kind to order or echo, got "
+                              f"{d.artifact_kind!r}")
+        if not 0 <= d.artifact_strength <= 1:
+            raise ConfigError(f"data.artifact_strength must be in [0, 1], got {d.artifact_strength!r}")
+        if d.artifact_target_mode not in ("absent", "neutral", "reversed"):
+            raise ConfigError("data.artifact_target_mode must be absent|neutral|reversed, got "
+                              f"{d.artifact_target_mode!r}")
+        if not (isinstance(d.split_seed, int) and d.split_seed >= 0):
+            raise ConfigError(f"data.split_seed must be an integer >= 0, got {d.split_seed!r}")
+        if not (isinstance(self.seed, int) and self.seed >= 0):
+            raise ConfigError(f"seed must be an integer >= 0, got {self.seed!r}")
+        if d.group_key not in ("auto", "prompt", "none"):
+            raise ConfigError(f"data.group_key must be auto|prompt|none, got {d.group_key!r}")
+        for k in ("teacher_train", "w2s_train", "val", "source_test", "target_test"):
+            if getattr(d, k) < 1:
+                raise ConfigError(f"data.{k} must be >= 1 pairs, got {getattr(d, k)!r}")
+        if not d.targets:
+            raise ConfigError("data.targets must list at least one target dataset")
+        if self.models.dtype not in ("float32", "bfloat16"):
+            raise ConfigError(f"models.dtype must be float32 or bfloat16, got {self.models.dtype!r}")
+        if self.capture.projection not in ("auto", "umap", "pca", "none"):
+            raise ConfigError(f"capture.projection must be auto|umap|pca|none, got {self.capture.projection!r}")
+        from anchorviz.training.loop import TrainError
+
+        for name in ("teacher_train", "student_train"):
+            try:
+                getattr(self, name).validate()
+            except TrainError as err:  # say which of the two sections
+                raise ConfigError(f"{name}: {err}") from None
+        self._validate_more()
+        from anchorviz.training.tracking import TrackingError, check_report_to
+
+        try:
+            self.report_to = check_report_to(self.report_to)
+        except TrackingError as err:
+            raise ConfigError(str(err)) from None
+        return self
+
+    def _validate_more(self) -> None:
+        """The checks that once passed validation and failed only after the teacher had trained
+        (or passed silently): devices, capture settings, sizes, names, the protocol's inputs."""
+        from anchorviz.models.reward_model import POOLINGS
+
+        d, m, c = self.data, self.method, self.capture
+        for name in ("teacher_train", "student_train"):
+            t = getattr(self, name)
+            _check_device(t.device, f"{name}.device")
+            _check_int(t.eval_every, f"{name}.eval_every", 0, "(optimiser steps between "
+                       "validations; 0 = once per epoch)")
+        _check_int(d.max_length, "data.max_length", 4, "tokens")
+        _check_int(c.batch_size, "capture.batch_size", 1, "pairs")
+        _check_int(c.token_sample, "capture.token_sample", 0, "(0 = no token sample)")
+        _check_int(c.projection_fit_rows, "capture.projection_fit_rows", 2, "rows")
+        _check_int(c.n_boot, "capture.n_boot", 1, "bootstrap resamples")
+        if not is_layer_spec(c.layers):
+            raise ConfigError("capture.layers must be 'all', 'last', 'middle' or comma-separated "
+                              f"layer indices >= 0 such as '0,3,6', got {c.layers!r}")
+        if self.models.pooling not in POOLINGS:
+            raise ConfigError(f"models.pooling must be one of {POOLINGS}, got {self.models.pooling!r}")
+        for k in ("teacher", "student"):
+            v = getattr(self.models, k)
+            if not (isinstance(v, str) and v.strip()):
+                raise ConfigError(f"models.{k} must name a zoo model, a local folder or a hub id, "
+                                  f"got {v!r}")
+            _check_model_name(v, f"models.{k}")
+        if not (isinstance(m.aux_coef, (int, float)) and 0 <= m.aux_coef <= 1):
+            raise ConfigError(f"method.aux_coef must be in [0, 1], got {m.aux_coef!r}")
+        if not (isinstance(m.aux_warmup_frac, (int, float)) and 0 <= m.aux_warmup_frac <= 1):
+            raise ConfigError(f"method.aux_warmup_frac must be in [0, 1], got {m.aux_warmup_frac!r}")
+        check_dataset_entry(d.source, "data.source")
+        if not isinstance(d.targets, list):
+            raise ConfigError(f"data.targets must be a list of datasets, got {d.targets!r}")
+        names: dict[str, Any] = {}
+        for i, t in enumerate(d.targets):
+            check_dataset_entry(t, f"data.targets[{i}]")
+            if _same_dataset(dataset_path(t), dataset_path(d.source)):
+                raise ConfigError(
+                    f"data.targets: {t!r} is the source dataset ({d.source!r}); a target must be "
+                    "another dataset, or its 'out-of-distribution' accuracy is in-distribution")
+            short = target_name(t)
+            if short in names:
+                raise ConfigError(
+                    f"data.targets: {t!r} and {names[short]!r} are the same target (both named "
+                    f"{short!r}); give one a short name of its own: {{path: ..., name: ...}}")
+            names[short] = t
+
+
+_HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*")
+
+
+def _check_model_name(name: str, where: str) -> None:
+    """`ConfigError` naming ``where`` unless ``name`` is a zoo model, an existing local folder
+    or a plausible hub id (``org/name``): checked before anything trains, so a misspelt student
+    fails now, not after the teacher has trained. Nothing is downloaded or prepared here."""
+    from anchorviz.models.zoo import ZOO, _unknown_message
+
+    if name in ZOO:
+        return
+    path = Path(name).expanduser()
+    if path.is_dir():
+        return
+    if path.exists():
+        raise ConfigError(f"{where}: {name!r} is a file; a model must be a folder (config.json "
+                          "+ weights), a zoo name or a hub id")
+    if path.is_absolute() or name.startswith((".", "~")) or "\\" in name:
+        raise ConfigError(f"{where}: model folder {name!r} does not exist")
+    if _HUB_ID.fullmatch(name) and ".." not in name:
+        return
+    if "/" in name:
+        raise ConfigError(f"{where}: {name!r} is neither a local folder nor an 'org/name' hub id")
+    raise ConfigError(f"{where}: {_unknown_message(name)}")
+
+
+#: the keys of a dataset given as a mapping in ``data.source`` / ``data.targets``
+DATASET_ENTRY_KEYS = ("path", "name", "column_map")
+
+
+_SHORT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+
+
+_ENTRY_FORM = ("a dataset name, a local file / folder, a hub id, or a mapping "
+               "{path: ..., name: ..., column_map: {field: column}}")
+
+
+def dataset_path(entry: str | dict) -> str:
+    """The dataset name, local path or hub id of a ``data.source`` / ``data.targets`` entry."""
+    return entry["path"] if isinstance(entry, dict) else entry
+
+
+def dataset_label(entry: str | dict) -> str:
+    """How tables name an entry: its ``name``, else its path or dataset name."""
+    if isinstance(entry, dict):
+        return str(entry.get("name") or entry.get("path"))
+    return str(entry)
+
+
+def normalise_dataset_entry(entry: str | dict) -> str | dict:
+    """The canonical form of an entry: a mapping that only gives ``path`` (no name, no column
+    map) is the path itself, so ``{path: x}`` and ``x`` make the same run ids; empty settings
+    are dropped."""
+    if not isinstance(entry, dict):
+        return entry
+    out = {k: v for k, v in entry.items() if v not in (None, {}, "")}
+    return out["path"] if set(out) == {"path"} else out
+
+
+def check_dataset_entry(entry: Any, where: str) -> None:
+    """`ConfigError` naming ``where`` unless ``entry`` is a dataset of `_ENTRY_FORM`; a
+    ``column_map`` must name fields of the adapter that will read the data."""
+    if isinstance(entry, str):
+        if not entry.strip():
+            raise ConfigError(f"{where} must be {_ENTRY_FORM}, got {entry!r}")
+        return
+    if not isinstance(entry, dict):
+        raise ConfigError(f"{where} must be {_ENTRY_FORM}, got {entry!r}")
+    unknown = sorted(set(entry) - set(DATASET_ENTRY_KEYS))
+    if unknown:
+        raise ConfigError(f"{where}: unknown key(s) {unknown}; allowed: {list(DATASET_ENTRY_KEYS)}")
+    path = entry.get("path")
+    if not (isinstance(path, str) and path.strip()):
+        raise ConfigError(f"{where}.path must name a dataset, a local file or a hub id, got "
+                          f"{path!r}")
+    name = entry.get("name")
+    if name is not None and not (isinstance(name, str) and _SHORT_NAME.fullmatch(name)):
+        raise ConfigError(f"{where}.name must be a short name (letters, digits, '.', '_', '-'; "
+                          f"at most 64 characters, no '/'), got {name!r}")
+    cmap = entry.get("column_map")
+    if cmap is None:
+        return
+    if not isinstance(cmap, dict):
+        raise ConfigError(f"{where}.column_map must map fields to column names, e.g. "
+                          f"{{chosen: good, rejected: bad}}, got {cmap!r}")
+    for k, v in cmap.items():
+        ok = v is None or isinstance(v, str) or (isinstance(v, list) and v
+                                                 and all(isinstance(c, str) for c in v))
+        if not ok:
+            raise ConfigError(f"{where}.column_map.{k}: expected a column name (or null: no "
+                              f"such column, or a list of candidate names), got {v!r}")
+    from anchorviz.data.pairs import ADAPTERS
+
+    manifests = _dataset_manifests()
+    adapter = manifests[path]["adapter"] if path in manifests else "pairs"
+    if adapter not in ADAPTERS:
+        raise ConfigError(f"{where}.column_map: dataset {path!r} has no columns to map")
+    fields = sorted(ADAPTERS[adapter].fields)
+    bad = sorted(set(cmap) - set(fields))
+    if bad:
+        raise ConfigError(f"{where}.column_map: {bad} are not fields of the {adapter!r} reader; "
+                          f"its fields: {fields} (map each field to your file's column)")
+
+
+def _check_int(value: Any, where: str, low: int, unit: str) -> None:
+    if not (isinstance(value, int) and not isinstance(value, bool) and value >= low):
+        raise ConfigError(f"{where} must be an integer >= {low} {unit}, got {value!r}")
+
+
+def _check_device(device: Any, where: str) -> None:
+    """A device torch knows and this machine has: ``cpu``, ``cuda[:i]`` or ``mps``.
+    ``$ANCHORVIZ_REMOTE_DEVICES=1`` skips the "this machine has it" part, for a driver that
+    only hands the runs to other machines (e.g. GPU workers of a Ray cluster)."""
+    if not isinstance(device, str) or not device.strip():
+        raise ConfigError(f"{where} must be a device name such as 'cpu' or 'cuda', got {device!r}")
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, ValueError):
+        raise ConfigError(f"{where}: {device!r} is not a device; use 'cpu', 'cuda', "
+                          "'cuda:<index>' or 'mps'") from None
+    if dev.type not in ("cpu", "cuda", "mps"):
+        raise ConfigError(f"{where}: device type {dev.type!r} is not supported (cpu, cuda, mps)")
+    if dev.type == "cpu" or os.environ.get("ANCHORVIZ_REMOTE_DEVICES", "") in ("1", "true", "yes"):
+        return
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            built = f"CUDA {torch.version.cuda}" if torch.version.cuda else "without CUDA"
+            raise ConfigError(f"{where} is {device!r} but CUDA is not available here (torch "
+                              f"{torch.__version__}, built {built}); set {where}: cpu (or "
+                              "ANCHORVIZ_REMOTE_DEVICES=1 when other machines run the work)")
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise ConfigError(f"{where} is {device!r} but this machine has "
+                              f"{torch.cuda.device_count()} CUDA device(s)")
+        return
+    if dev.type == "mps":
+        if not torch.backends.mps.is_available():
+            raise ConfigError(f"{where} is {device!r} but MPS is not available here; set {where}: cpu")
+
+
+_MANIFESTS: dict[str, dict] = {}
+
+
+def _dataset_manifests() -> typing.Mapping[str, dict]:
+    """The named datasets' manifests (read once per process: keys and validation ask often), as
+    a read-only view: no caller can change what the next one reads."""
+    if not _MANIFESTS:
+        from anchorviz.data.pairs import _manifests
+
+        _MANIFESTS.update(_manifests())
+    return types.MappingProxyType(_MANIFESTS)
+
+
+def _dataset_identity(name: str) -> str:
+    """A dataset's name, or the resolved file behind a local path (or a manifest's local file)."""
+    from anchorviz.data.pairs import _manifest_local_path
+
+    manifests = _dataset_manifests()
+    if name in manifests:
+        if manifests[name].get("local_file"):
+            try:
+                return str(_manifest_local_path(manifests[name]).resolve())
+            except Exception:  # realdata folder absent ...: the name alone
+                return name
+        return name
+    path = Path(name).expanduser()
+    return str(path.resolve()) if path.exists() else name
+
+
+def _same_dataset(a: str, b: str) -> bool:
+    """Same name, or the same file under another spelling of its path. (A copy under another
+    name is not refused: its pairs that overlap the source's training splits are dropped and
+    counted by the split protocol, `data.protocol_splits`.)"""
+    return a == b or _dataset_identity(a) == _dataset_identity(b)
+
+
+def _type_ok(value: Any, tp: Any) -> bool:
+    origin = typing.get_origin(tp)
+    if tp is Any:
+        return True
+    if origin in (typing.Union, types.UnionType):
+        return any(_type_ok(value, a) for a in typing.get_args(tp))
+    if tp is type(None):
+        return value is None
+    if origin is list:
+        return isinstance(value, list)
+    if origin is dict:
+        return isinstance(value, dict)
+    if tp is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if tp is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if isinstance(tp, type):
+        return isinstance(value, tp)
+    return True
+
+
+def _from_dict(cls, data: Any, where: str):
+    if data is None:
+        return cls()
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where}: expected a mapping of settings, got {type(data).__name__}")
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - names)
+    if unknown:
+        raise ConfigError(f"{where}: unknown key(s) {unknown}; allowed: {sorted(names)}")
+    kwargs = {}
+    for k, v in data.items():
+        tp = hints[k]
+        if dataclasses.is_dataclass(tp):
+            kwargs[k] = _from_dict(tp, v, f"{where}.{k}")
+            continue
+        if tp is float and isinstance(v, str):
+            try:  # YAML reads 1e-4 as a string
+                v = float(v)
+            except ValueError:
+                pass
+        if not _type_ok(v, tp):
+            raise ConfigError(f"{where}.{k}: expected {getattr(tp, '__name__', tp)}, got {v!r}")
+        kwargs[k] = float(v) if tp is float else v
+    return cls(**kwargs)
+
+
+def config_from_dict(data: dict, where: str = "config") -> RunConfig:
+    """Build and validate a ``RunConfig``; unknown keys and wrong types are errors."""
+    return _from_dict(RunConfig, data, where).validate()
+
+
+def load_config(path: str | Path) -> RunConfig:
+    from anchorviz.pipeline.store import read_yaml
+
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file {path} does not exist")
+    try:
+        data = read_yaml(path)  # a duplicate key is an error, not "the last one wins"
+    except Exception as err:  # yaml.YAMLError and friends
+        raise ConfigError(f"{path}: not valid YAML ({err})") from None
+    if data is None:  # an empty file (or only comments) would start a long default run
+        raise ConfigError(f"{path}: the config file is empty; write the settings to change "
+                          "(or '{}' to run every default on purpose)")
+    return config_from_dict(data, where=str(path))
+
+
+def with_overrides(cfg: RunConfig, **overrides: Any) -> RunConfig:
+    """A copy of ``cfg`` with dotted overrides, e.g. ``**{"method.anchor_lambda": 0.1}``."""
+    d = cfg.to_dict()
+    for key, value in overrides.items():
+        node = d
+        parts = key.split(".")
+        for p in parts[:-1]:
+            if p not in node or not isinstance(node[p], dict):
+                raise ConfigError(f"override {key!r}: no section {p!r}")
+            node = node[p]
+        if parts[-1] not in node:
+            raise ConfigError(f"override {key!r}: unknown key {parts[-1]!r}")
+        node[parts[-1]] = value
+    return config_from_dict(d)
+
+
+def target_name(dataset: str | dict) -> str:
+    """Short name of a target dataset for split / column / file names: a named dataset keeps its
+    name (``vader-amazon`` -> ``amazon``), a local file or folder its stem (``/data/t.jsonl`` ->
+    ``t``, ``/data/books/`` -> ``books``), an entry ``{path: ..., name: books}`` its ``name``, a
+    hub id ``org/name`` -> ``org_name``. Not part of any run key (the key holds the entry itself).
+    It becomes part of file names (captures, drift), so it goes through the one sanitiser,
+    `anchorviz.paths.safe_component`: ``vader-../../t.jsonl`` cannot name a file outside the
+    run folder."""
+    from anchorviz.paths import safe_component
+
+    if isinstance(dataset, dict):
+        if dataset.get("name"):
+            return safe_component(str(dataset["name"]))
+        dataset = dataset_path(dataset)
+    if dataset.startswith("vader-"):
+        short = dataset.split("vader-", 1)[-1]
+    elif dataset not in _dataset_manifests() and _names_a_path(dataset):
+        from anchorviz.data.pairs import _kind, _strip_gz
+
+        short = _strip_gz(Path(dataset).expanduser().name)
+        kind = _kind(Path(short))
+        if kind and len(short) > len(kind):
+            short = short[: -len(kind)]
+    else:
+        short = dataset.replace("/", "_")
+    return safe_component(short)
+
+
+def _names_a_path(name: str) -> bool:
+    """A dataset string that is a local file or folder (or written as one: absolute, ``./``,
+    ``~``, or a data file's extension), not a dataset name or a hub id."""
+    from anchorviz.data.pairs import _looks_like_path
+
+    return Path(name).expanduser().exists() or _looks_like_path(name)
+
+
+@dataclass
+class SweepConfig:
+    base: RunConfig
+    methods: list[str] = field(default_factory=lambda: ["naive", "anchor"])
+    anchor_lambdas: list[float] = field(default_factory=lambda: [0.1, 1.0])
+    anchor_layers: list[str] = field(default_factory=lambda: ["last"])
+    seeds: list[int] = field(default_factory=lambda: [0])
+    artifact_strengths: list[float] | None = None  # None: the base config's strength
+
+
+def sweep_from_dict(d: dict, where: str = "sweep") -> SweepConfig:
+    if not isinstance(d, dict):
+        raise ConfigError(f"{where}: expected a mapping with 'base' and 'grid'")
+    unknown = sorted(set(d) - {"base", "grid"})
+    if unknown:
+        raise ConfigError(f"{where}: unknown key(s) {unknown}; allowed: ['base', 'grid']")
+    base = config_from_dict(d.get("base") or {}, f"{where}.base")
+    grid = d.get("grid") or {}
+    allowed = {"methods", "anchor_lambdas", "anchor_layers", "seeds", "artifact_strengths"}
+    unknown = sorted(set(grid) - allowed)
+    if unknown:
+        raise ConfigError(f"{where}.grid: unknown key(s) {unknown}; allowed: {sorted(allowed)}")
+    for k, v in grid.items():
+        if not isinstance(v, list) or not v:
+            raise ConfigError(f"{where}.grid.{k}: expected a non-empty list, got {v!r}")
+    sw = SweepConfig(base=base, **grid)
+    for m in sw.methods:
+        if m not in METHODS:
+            raise ConfigError(f"{where}.grid.methods: {m!r} is not one of {METHODS}")
+    for lam in sw.anchor_lambdas:
+        if not isinstance(lam, (int, float)) or not math.isfinite(lam) or lam < 0:
+            raise ConfigError(f"{where}.grid.anchor_lambdas: {lam!r} must be a finite number >= 0")
+    for c in expand_sweep(sw):  # validates every expanded config (layers, strengths ...)
+        c.validate()
+    return sw
+
+
+def load_sweep(path: str | Path) -> SweepConfig:
+    from anchorviz.pipeline.store import read_yaml
+
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"sweep file {path} does not exist")
+    try:
+        data = read_yaml(path)  # a duplicate key is an error, not "the last one wins"
+    except Exception as err:  # yaml.YAMLError (python tags included), UnicodeDecodeError
+        raise ConfigError(f"{path}: not valid YAML ({err})") from None
+    if data is None:  # an empty file (or only comments) would start the default grid
+        raise ConfigError(f"{path}: the sweep file is empty; give 'base' and 'grid' "
+                          "(or '{}' to run the default grid on purpose)")
+    return sweep_from_dict(data, str(path))
+
+
+def expand_sweep(sw: SweepConfig) -> list[RunConfig]:
+    """Every student config of the grid (teacher / ceiling are implied and shared)."""
+    out = []
+    strengths = sw.artifact_strengths or [sw.base.data.artifact_strength]
+    for strength in strengths:
+        for seed in sw.seeds:
+            for m in sw.methods:
+                grid = ([(lam, lay) for lam in sw.anchor_lambdas for lay in sw.anchor_layers]
+                        if m == "anchor" else [(0.0, "last")])
+                for lam, lay in grid:
+                    out.append(with_overrides(sw.base, **{
+                        "seed": seed, "data.artifact_strength": float(strength),
+                        "method.name": m, "method.anchor_lambda": float(lam),
+                        "method.anchor_layers": lay}))
+    return out

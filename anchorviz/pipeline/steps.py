@@ -1,0 +1,503 @@
+"""The steps of one run: the weak teacher, the students (ceiling, naive, confidence, ANCHOR,
+SEAM), the shared reference capture and projection, and each run's drift.
+
+Data flow of one student::
+
+    prepared splits -> teacher (weak backbone, gold labels on teacher_train) -> soft labels q
+      -> student (strong backbone, q on w2s_train, method naive | confidence | anchor | seam)
+      -> evaluate + capture (one pass per split) -> drift vs the shared reference capture
+      -> projection (fitted on the reference) -> metrics with paired bootstrap CIs
+
+Each step is a run directory in a `RunStore` keyed by its run key (`anchorviz.pipeline.keys`):
+a finished run is read, not recomputed; a half-written one is redone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import logging
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+
+from anchorviz.analysis.metrics import pairwise_accuracy
+from anchorviz.config import MethodConfig, RunConfig
+from anchorviz.pipeline.keys import data_key, reference_key, run_id_for, student_key, teacher_key
+from anchorviz.pipeline.prepare import (
+    data_config,
+    eval_splits,
+    protocol_report,
+    split_domain,
+    teacher_data,
+)
+from anchorviz.pipeline.results import (
+    _accuracy_block,
+    _bootstrap_groups,
+    _label_stats,
+    _transfer_block,
+)
+from anchorviz.training.loop import Objective, TrainConfig, score_pairs, train_reward_model
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "RunResult",
+    "anchor_reference",
+    "ensure_reference_capture",
+    "ensure_teacher",
+    "evaluate_model",
+    "fit_shared_projection",
+    "projection_frame",
+    "reference_capture_stored",
+    "run_student",
+    "soft_labels",
+]
+
+
+def _dtype(cfg: RunConfig):
+    return torch.bfloat16 if cfg.models.dtype == "bfloat16" else None
+
+
+def _seeded(train: TrainConfig, cfg: RunConfig) -> TrainConfig:
+    """The training settings with the run's seed folded in (shuffling, dropout): runs of a
+    sweep's ``seeds`` grid differ; seed 0 keeps ``train.seed`` unchanged."""
+    return dataclasses.replace(train, seed=train.seed + cfg.seed)
+
+
+def _load(cfg: RunConfig, which: str):
+    from anchorviz.models.reward_model import load_reward_model
+
+    m = cfg.models
+    name = m.teacher if which == "teacher" else m.student
+    dropout = m.teacher_dropout if which == "teacher" else m.student_dropout
+    lora = m.student_lora if which != "teacher" else None
+    torch.manual_seed(cfg.seed)
+    return load_reward_model(name, pooling=m.pooling, dtype=_dtype(cfg),
+                             trust_remote_code=m.trust_remote_code, dropout=dropout, lora=lora)
+
+
+def _encode(tok, df: pd.DataFrame, cfg: RunConfig):
+    from anchorviz.models.tokenization import encode_pairs
+
+    return encode_pairs(tok, df, max_length=cfg.data.max_length)
+
+
+def evaluate_model(model, tok, data, cfg: RunConfig, capture: bool):
+    """Score every eval split (and capture its states when asked) in one pass per split.
+
+    Returns ``(scores DataFrame, {split: Captured})``."""
+    from anchorviz.analysis.capture import capture_states, resolve_capture_layers
+
+    rows, caps = [], {}
+    dev = cfg.student_train.device
+    for split in eval_splits(data):
+        enc = _encode(tok, data[split], cfg)
+        if capture:
+            cap = capture_states(model, enc, layers=resolve_capture_layers(model, cfg.capture.layers),
+                                 batch_size=cfg.capture.batch_size, device=dev,
+                                 token_sample=cfg.capture.token_sample, seed=cfg.seed,
+                                 desc=f"capture {split}")
+            rc, rr = cap.rewards_by_side()
+            caps[split] = cap
+        else:
+            rc, rr = score_pairs(model, enc, batch_size=cfg.capture.batch_size, device=dev)
+        rows.append(pd.DataFrame({"split": split, "domain": split_domain(split, data),
+                                  "pair_id": enc.pair_ids, "r_chosen": rc, "r_rejected": rr,
+                                  "group": _bootstrap_groups(data[split], enc.pair_ids, split,
+                                                             cfg.data.group_key)}))
+    return pd.concat(rows, ignore_index=True), caps
+
+
+_PROJECTORS: dict[str, Any] = {}
+
+
+def reference_capture_stored(store, cfg: RunConfig) -> bool:
+    """Whether the store holds a finished reference capture for ``cfg`` (its DONE marker names
+    this key's hash; a truncated or corrupted marker counts as not finished)."""
+    from anchorviz.pipeline.store import config_hash
+
+    h = config_hash(reference_key(cfg))
+    done = store.shared_dir(f"reference-{h}") / "DONE.json"
+    try:
+        return done.is_file() and json.loads(done.read_text()).get("hash") == h
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def ensure_reference_capture(store, cfg: RunConfig, data) -> dict:
+    """The pretrained student's captures of every eval split: computed once per (backbone,
+    data), shared by every run of a sweep."""
+    from anchorviz.analysis.capture import load_captured, save_captured
+    from anchorviz.pipeline.store import config_hash
+
+    key = reference_key(cfg)
+    name = f"reference-{config_hash(key)}"
+    folder = store.shared_dir(name)
+    splits = eval_splits(data)
+    with store.lock(name):
+        done = folder / "DONE.json"
+        if reference_capture_stored(store, cfg):
+            try:
+                return {s: load_captured(folder / f"{_fname(s)}.safetensors") for s in splits}
+            except Exception as err:  # corrupted: recompute
+                logger.warning("reference capture %s unreadable (%s): recomputing", name, err)
+        model, tok = _load(cfg, "student")
+        caps = {}
+        for s in splits:
+            from anchorviz.analysis.capture import capture_states, resolve_capture_layers
+
+            enc = _encode(tok, data[s], cfg)
+            caps[s] = capture_states(model, enc, layers=resolve_capture_layers(model, cfg.capture.layers),
+                                     batch_size=cfg.capture.batch_size,
+                                     device=cfg.student_train.device, desc=f"reference {s}")
+            save_captured(folder / f"{_fname(s)}.safetensors", caps[s])
+        done.write_text(json.dumps({"hash": config_hash(key), "key": key}, default=str))
+        del model
+        return caps
+
+
+def _fname(split: str) -> str:
+    return split.replace(":", "__")
+
+
+def fit_shared_projection(ref_caps: dict, layer: int, method: str, fit_rows: int):
+    """``(projection, reference xy)``: a `SharedProjection` fitted on a seeded sample of at most
+    ``fit_rows`` reference states (head pooling, all splits) at ``layer``, and every reference
+    state projected with it."""
+    from anchorviz.analysis.projection import SharedProjection
+
+    X = np.concatenate([ref_caps[s].states(layer, "head").astype(np.float32) for s in ref_caps])
+    rng = np.random.default_rng(0)
+    rows = rng.choice(len(X), size=min(len(X), fit_rows), replace=False)
+    proj = SharedProjection(method=method, seed=0).fit(X[np.sort(rows)])
+    return proj, proj.transform(X)
+
+
+def _projector(store, cfg: RunConfig, ref_caps: dict, layer: int):
+    from anchorviz.pipeline.store import config_hash
+
+    k = f"{config_hash(reference_key(cfg))}-{layer}-{cfg.capture.projection}"
+    if k not in _PROJECTORS:
+        _PROJECTORS[k] = fit_shared_projection(ref_caps, layer, cfg.capture.projection,
+                                               cfg.capture.projection_fit_rows)
+    return _PROJECTORS[k]
+
+
+def _projection_table(store, cfg, data, ref_caps, caps) -> pd.DataFrame:
+    layer = max(ref_caps[next(iter(ref_caps))].layers)
+    proj, ref_xy = _projector(store, cfg, ref_caps, layer)
+    stu = np.concatenate([caps[s].states(layer, "head").astype(np.float32) for s in ref_caps])
+    stu_xy = proj.transform(stu)
+    return projection_frame(ref_caps, data, layer, ref_xy, stu_xy)
+
+
+def projection_frame(ref_caps: dict, data, layer: int, ref_xy: np.ndarray,
+                     stu_xy: np.ndarray) -> pd.DataFrame:
+    """The long table of a shared projection: one row per (model, split, pair, side) with its
+    2-D coordinates, reference rows first (the layout of ``projection.parquet``)."""
+    meta = []
+    for s in ref_caps:
+        c = ref_caps[s]
+        meta.append(pd.DataFrame({"split": s, "domain": split_domain(s, data),
+                                  "pair_id": np.repeat(c.pair_ids, 2),
+                                  "side": np.where(c.side == 0, "chosen", "rejected")}))
+    meta = pd.concat(meta, ignore_index=True)
+    out = []
+    for model_name, xy in (("reference", ref_xy), ("student", stu_xy)):
+        t = meta.copy()
+        t.insert(0, "model", model_name)
+        t.insert(1, "layer", layer)
+        t["x"], t["y"] = xy[:, 0], xy[:, 1]
+        out.append(t)
+    return pd.concat(out, ignore_index=True)
+
+
+def _drift(caps: dict, ref_caps: dict, data) -> pd.DataFrame:
+    from anchorviz.analysis.drift import drift_table
+
+    stu = {s: {k: caps[s].mean[k].astype(np.float32) for k in caps[s].layers} for s in caps}
+    ref = {s: {k: ref_caps[s].mean[k].astype(np.float32) for k in ref_caps[s].layers} for s in caps}
+    table = drift_table(stu, ref)
+    table.insert(1, "domain", [split_domain(s, data) for s in table["split"]])
+    return table
+
+
+@dataclass
+class RunResult:
+    run_id: str
+    run_dir: Path
+    kind: str
+    metrics: dict
+    computed: bool  # False when it was already finished in the store
+
+
+@contextlib.contextmanager
+def _run_log(path: Path):
+    """Copy the package's log records (INFO and up) into the run folder while a run computes."""
+    handler = logging.FileHandler(path, encoding="utf-8")
+    handler.setLevel(logging.INFO)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    pkg = logging.getLogger("anchorviz")
+    old_level = pkg.level
+    if pkg.getEffectiveLevel() > logging.INFO:
+        pkg.setLevel(logging.INFO)
+    extra = []
+    if not logging.getLogger().handlers and not pkg.handlers:
+        # nobody configured logging: keep warnings on stderr as Python's last resort would
+        extra.append(logging.StreamHandler())
+        extra[0].setLevel(logging.WARNING)
+    for h in (handler, *extra):
+        pkg.addHandler(h)
+    try:
+        yield
+    finally:
+        for h in (handler, *extra):
+            pkg.removeHandler(h)
+        pkg.setLevel(old_level)
+        handler.close()
+
+
+def _run_guarded(store, run_id: str, key: dict, body) -> RunResult:
+    """Run ``body(tmp_dir) -> (kind, metrics)`` unless finished; commit atomically or mark failed."""
+    from anchorviz.pipeline.store import config_hash
+
+    h = config_hash(key)
+    with store.lock(run_id):
+        if store.is_finished(run_id, h):
+            metrics = json.loads((store.run_dir(run_id) / "metrics.json").read_text())
+            return RunResult(run_id, store.run_dir(run_id), key["kind"], metrics, computed=False)
+        tmp = store.begin(run_id)
+        try:
+            from anchorviz.pipeline.store import write_yaml
+
+            write_yaml(tmp / "config.yaml", json.loads(json.dumps(key, default=str)))
+            with _run_log(tmp / "run.log"):
+                metrics = body(tmp)
+            from anchorviz.pipeline.store import write_json
+
+            write_json(tmp / "metrics.json", metrics)
+            final = store.commit(tmp, run_id, h)
+        except BaseException as err:
+            store.fail(tmp, run_id, h, f"{type(err).__name__}: {err}\n{traceback.format_exc()}")
+            raise
+        return RunResult(run_id, final, key["kind"], metrics, computed=True)
+
+
+def _tracked(body, cfg: RunConfig, store, run_id: str, key: dict):
+    """``body`` with the run's tracker open when ``cfg.report_to`` asks (`anchorviz.tracking`:
+    the training loop logs each step and validation to it; the final accuracies and transfer
+    scores are logged when the run ends). Only runs that are computed are tracked."""
+    if not cfg.report_to:
+        return body
+    from anchorviz.training.tracking import tracked_run
+
+    def with_tracker(tmp: Path) -> dict:
+        with tracked_run(cfg.report_to, store.root, run_id, params=key,
+                         tags={"kind": key["kind"]}) as tracker:
+            metrics = body(tmp)
+            if tracker is not None:
+                tracker.log_final(metrics, step=int((metrics.get("train") or {}).get("steps", 0)))
+            return metrics
+
+    return with_tracker
+
+
+def ensure_teacher(store, cfg: RunConfig, data) -> RunResult:
+    key = teacher_key(cfg)
+    run_id = run_id_for(key)
+
+    full_data = data
+    # the teacher reads only the artefacts visible to it, in its own form
+    data = teacher_data(data, cfg.data.artifact_teacher_form)
+
+    def body(tmp: Path) -> dict:
+        t0 = time.perf_counter()
+        model, tok = _load(cfg, "teacher")
+        train = _encode(tok, data["teacher_train"], cfg)
+        val = _encode(tok, data["val"], cfg)
+        res = train_reward_model(model, train, np.ones(len(train)), _seeded(cfg.teacher_train, cfg),
+                                 val=val, desc="teacher")
+        w2s = _encode(tok, data["w2s_train"], cfg)
+        rc, rr = score_pairs(model, w2s, batch_size=cfg.capture.batch_size,
+                             device=cfg.teacher_train.device)
+        margin = rc - rr
+        pd.DataFrame({"pair_id": w2s.pair_ids, "margin": margin}).to_parquet(tmp / "labels.parquet")
+        vc, vr = score_pairs(model, val, device=cfg.teacher_train.device)
+        pd.DataFrame({"pair_id": val.pair_ids, "margin": vc - vr}).to_parquet(tmp / "val_labels.parquet")
+        acc_val = float(pairwise_accuracy(vc, vr))
+        scores, _ = evaluate_model(model, tok, data, cfg, capture=False)
+        scores.to_parquet(tmp / "scores.parquet")
+        res.history.to_parquet(tmp / "history.parquet")
+        _save_weights(model, tmp, full=True)  # the whole trained teacher (SEAM re-scores with it)
+        return {"kind": "teacher", "method": "teacher", "model": cfg.models.teacher,
+                "accuracy": _accuracy_block(scores, cfg.capture.n_boot, cfg.seed),
+                "train": {"steps": res.steps, "seconds": res.seconds,
+                          "final_loss": float(res.history["total"].iloc[-1]),
+                          "val": res.evals.to_dict("records")},
+                "labels_raw": _label_stats(1 / (1 + np.exp(-margin))),
+                "protocol_dropped": protocol_report(full_data),
+                "acc_val": acc_val,
+                "seconds": time.perf_counter() - t0}
+
+    return _run_guarded(store, run_id, key, _tracked(body, cfg, store, run_id, key))
+
+
+def soft_labels(margin: np.ndarray, method: MethodConfig) -> np.ndarray:
+    """Teacher margins -> the student's target probabilities (temperature, optional hardening)."""
+    if method.hard_labels:
+        return np.where(margin > 0, 1.0, np.where(margin < 0, 0.0, 0.5))
+    return 1.0 / (1.0 + np.exp(-margin / method.label_temperature))
+
+
+def _save_weights(model, tmp: Path, full: bool = True) -> None:
+    """Save the trained model as ``checkpoint/trainable.safetensors``: the reward head plus the
+    LoRA adapters, or every backbone weight of a full fine-tune, with the base model's identity
+    in the metadata (`anchorviz.models.save_checkpoint`; `load_run_model` reads it back).
+    ``full`` is ignored: the checkpoint always covers what was trained (it once chose a
+    head-only file, which made a fully fine-tuned student's checkpoint not the student)."""
+    from anchorviz.models.reward_model import CHECKPOINT_FILE, save_checkpoint
+
+    save_checkpoint(model, tmp / CHECKPOINT_FILE)
+
+
+def _seam_labels(store, cfg: RunConfig, data, teacher: RunResult, q: np.ndarray, tmp: Path):
+    """SEAM label refinement (anchorviz.seam, docs/SEAM.md): the pretrained generative student
+    writes principle trees; the trained weak teacher annotates the informative nodes."""
+    from safetensors.torch import load_file
+
+    from anchorviz.models.reward_model import load_trainable_state
+    from anchorviz.pipeline.store import config_hash
+    from anchorviz.training.seam import refine_labels, reward_score_fn
+
+    state = load_file(str(teacher.run_dir / "checkpoint" / "trainable.safetensors"))
+    if not any(k.startswith("backbone.") for k in state):
+        raise RuntimeError(f"teacher run {teacher.run_id} saved only its head; SEAM needs the "
+                           "trained teacher: delete that run directory and rerun")
+    tmodel, ttok = _load(cfg, "teacher")
+    load_trainable_state(tmodel, state)
+    dev = cfg.teacher_train.device
+    tmodel.to(dev)
+    score = reward_score_fn(tmodel, ttok, max_length=cfg.data.max_length,
+                            batch_size=cfg.capture.batch_size, device=dev)
+    cache = store.shared_dir("seam") / (
+        f"trees-{config_hash({'data': data_key(data_config(cfg)), 'generator': cfg.models.student})}.json")
+    res = refine_labels(data["w2s_train"], q, score, cfg.models.student,
+                        temperature=cfg.method.label_temperature, seed=cfg.seed,
+                        device=cfg.student_train.device,
+                        num_threads=1 if cfg.student_train.device == "cpu" else None,
+                        cache_path=cache)
+    res.save(tmp / "seam")
+    del tmodel
+    return res.q, res.counts
+
+
+def anchor_reference(model, objective, train, cfg: RunConfig):
+    """The frozen reference ANCHOR compares ``model`` with on the ``train`` pairs, by the
+    strategy ``cfg.method.reference`` resolves to; returns ``(reference, info)`` (strategy, why,
+    set-up seconds). The caller closes the reference."""
+    from anchorviz.training.reference import choose_strategy, make_reference
+
+    n_tok = sum(len(x) for x in train.chosen_ids) + sum(len(x) for x in train.rejected_ids)
+    strategy, why = choose_strategy(model, cfg.method.reference, n_tok, len(objective.anchor_layers))
+    logger.info("reference strategy %s (%s)", strategy, why)
+    t_ref = time.perf_counter()
+    reference = make_reference(strategy, model, objective.anchor_layers, train,
+                               **({"device": cfg.student_train.device}
+                                  if strategy == "cached" else {}))
+    return reference, {"strategy": strategy, "reason": why,
+                       "setup_seconds": time.perf_counter() - t_ref}
+
+
+def run_student(store, cfg: RunConfig, data, kind: str = "student",
+                teacher: RunResult | None = None, ceiling: RunResult | None = None) -> RunResult:
+    """Train and analyse one student (``kind="student"``) or the gold ceiling (``"ceiling"``)."""
+    from anchorviz.analysis.capture import save_captured
+    from anchorviz.training.losses import parse_layer_spec, resolve_anchor_layers
+
+    key = student_key(cfg, kind)
+    run_id = run_id_for(key)
+
+    def body(tmp: Path) -> dict:
+        t0 = time.perf_counter()
+        model, tok = _load(cfg, "student")
+        train = _encode(tok, data["w2s_train"], cfg)
+        val = _encode(tok, data["val"], cfg)
+        info: dict[str, Any] = {"kind": kind, "model": cfg.models.student}
+        if kind == "ceiling":
+            q, val_q, method = np.ones(len(train)), np.ones(len(val)), "ceiling"
+            objective = Objective()
+        else:
+            labels = pd.read_parquet(teacher.run_dir / "labels.parquet")
+            vlabels = pd.read_parquet(teacher.run_dir / "val_labels.parquet")
+            if list(labels["pair_id"]) != train.pair_ids:
+                raise RuntimeError("teacher labels do not line up with the w2s_train pairs")
+            q = soft_labels(labels["margin"].to_numpy(), cfg.method)
+            val_q = soft_labels(vlabels["margin"].to_numpy(), cfg.method)
+            if cfg.method.name == "seam":
+                q, info["seam"] = _seam_labels(store, cfg, data, teacher, q, tmp)
+            method = cfg.method.name
+            layers = []
+            if method == "anchor":
+                layers = resolve_anchor_layers(parse_layer_spec(cfg.method.anchor_layers),
+                                               model.n_layers)
+            objective = Objective(kind="confidence" if method == "confidence" else "bt",
+                                  aux_coef=cfg.method.aux_coef,
+                                  aux_warmup_frac=cfg.method.aux_warmup_frac,
+                                  anchor_lambda=cfg.method.anchor_lambda if layers else 0.0,
+                                  anchor_layers=layers,
+                                  anchor_normalise=cfg.method.anchor_normalise)
+            info["labels"] = _label_stats(q)
+            pd.DataFrame({"pair_id": train.pair_ids, "q": q}).to_parquet(tmp / "labels.parquet")
+        reference = None
+        if objective.anchored:
+            reference, info["reference"] = anchor_reference(model, objective, train, cfg)
+        try:
+            res = train_reward_model(model, train, q, _seeded(cfg.student_train, cfg), objective=objective,
+                                     reference=reference, val=val, val_targets=val_q, desc=run_id)
+        finally:
+            if reference is not None:
+                reference.close()
+        res.history.to_parquet(tmp / "history.parquet")
+        # gold accuracy on the SOURCE validation split: for choosing hyper-parameters (lambda,
+        # layers, lr) without looking at any target; training itself never sees these labels
+        vc, vr = score_pairs(model, val, batch_size=cfg.capture.batch_size,
+                             device=cfg.student_train.device)
+        info["acc_val"] = float(pairwise_accuracy(vc, vr))
+        scores, caps = evaluate_model(model, tok, data, cfg, capture=True)
+        scores.to_parquet(tmp / "scores.parquet")
+        ref_caps = ensure_reference_capture(store, cfg, data)
+        _drift(caps, ref_caps, data).to_parquet(tmp / "drift.parquet")
+        if cfg.capture.projection != "none":
+            _projection_table(store, cfg, data, ref_caps, caps).to_parquet(tmp / "projection.parquet")
+        if cfg.capture.save_hidden:
+            for s, c in caps.items():
+                save_captured(tmp / "hidden" / "student" / f"{_fname(s)}.safetensors", c)
+        _save_weights(model, tmp, full=cfg.models.student_lora is not None)
+        teacher_scores = pd.read_parquet(teacher.run_dir / "scores.parquet")
+        info.update({
+            "method": method,
+            "accuracy": _accuracy_block(scores, cfg.capture.n_boot, cfg.seed),
+            # PGR needs the ceiling, which trains in parallel: the results table computes it
+            # from the stored scores of the three runs (`pgr_from_runs`)
+            "transfer": _transfer_block(scores, teacher_scores, None,
+                                        cfg.capture.n_boot, cfg.seed),
+            "train": {"steps": res.steps, "seconds": res.seconds,
+                      "final_loss": float(res.history["total"].iloc[-1]),
+                      "first_loss": float(res.history["total"].iloc[0]),
+                      "val": res.evals.to_dict("records")},
+            "teacher_run": teacher.run_id,
+            "ceiling_run": (run_id_for(student_key(cfg, "ceiling"))
+                            if cfg.ceiling and kind == "student" else None),
+            "seconds": time.perf_counter() - t0,
+        })
+        return info
+
+    return _run_guarded(store, run_id, key, _tracked(body, cfg, store, run_id, key))

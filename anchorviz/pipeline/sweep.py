@@ -1,0 +1,83 @@
+"""The entry points: `run` (one config: teacher, ceiling, student) and `sweep` (a grid).
+
+Both build a run graph (`anchorviz.pipeline.runner`), execute it on local worker processes or
+Ray, then read the finished runs back and refresh the results table. Teachers, ceilings and
+reference captures are shared by every student that needs them; a sweep resumes where it
+stopped.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import asdict
+from pathlib import Path
+
+import pandas as pd
+
+from anchorviz.config import RunConfig, SweepConfig, expand_sweep
+from anchorviz.pipeline import steps
+from anchorviz.pipeline.prepare import data_config, prepare_data
+from anchorviz.pipeline.results import results_table
+
+__all__ = [
+    "run",
+    "sweep",
+]
+
+
+def run(cfg: RunConfig, out_dir: str | Path = "runs/default", jobs: int | None = None,
+        threads: int = 1, progress: bool = True, backend: str = "local",
+        address: str | None = None) -> list[steps.RunResult]:
+    """The whole pipeline for one config: teacher, (ceiling), the student. Returns their results
+    (already-finished parts are read, not recomputed) and refreshes the results table.
+    ``jobs``: local worker processes (see `anchorviz.runner.run_graph`; the ceiling and the
+    student train in parallel with 2); ``threads``: torch threads per worker; ``backend``:
+    ``"local"`` or ``"ray"`` (each node a Ray task on the cluster at ``address``, or on a local
+    Ray instance; ``out_dir`` must then be on a filesystem every worker sees)."""
+    from anchorviz.pipeline.runner import build_graph, check_backend, run_graph
+    from anchorviz.pipeline.store import RunStore
+
+    cfg.validate()
+    check_backend(out_dir, backend, address)
+    store = RunStore(out_dir)
+    store.clean_temporaries()
+    data = prepare_data(data_config(cfg))
+    done = run_graph(build_graph([cfg]), out_dir, jobs=jobs, threads=threads, progress=progress,
+                     backend=backend, address=address)
+    teacher = steps.ensure_teacher(store, cfg, data)  # all finished now: these read the store
+    out = [teacher]
+    if cfg.ceiling:
+        out.append(steps.run_student(store, cfg, data, kind="ceiling", teacher=teacher))
+    out.append(steps.run_student(store, cfg, data, teacher=teacher))
+    results_table(out_dir)
+    # computed = trained by this call (the graph's report), not by an earlier one
+    return [dataclasses.replace(r, computed=bool(done.get(r.run_id, {}).get("computed", False)))
+            for r in out]
+
+
+def sweep(sw: SweepConfig, out_dir: str | Path, jobs: int | None = None, threads: int = 1,
+          progress: bool = True, backend: str = "local",
+          address: str | None = None) -> pd.DataFrame:
+    """Run every config of a sweep (sharing teachers, ceilings, reference captures); resumes.
+
+    The grid becomes a run graph (`anchorviz.runner`) executed by ``jobs`` local worker
+    processes (None: ``$ANCHORVIZ_JOBS`` or the number of cores), each running torch on
+    ``threads`` threads; the run ids and metrics do not depend on ``jobs``. ``backend="ray"``
+    runs each node as a Ray task instead (on the cluster at ``address``, else a running or new
+    local Ray instance); ``out_dir`` must then be on a filesystem every worker sees."""
+    from anchorviz.pipeline.runner import build_graph, check_backend, run_graph
+    from anchorviz.pipeline.store import RunStore, write_yaml
+
+    check_backend(out_dir, backend, address)
+    store = RunStore(out_dir)
+    store.clean_temporaries()
+    write_yaml(Path(out_dir) / "sweep.yaml", {
+        "base": sw.base.to_dict(), "grid": {k: v for k, v in asdict(sw).items() if k != "base"}})
+    configs = expand_sweep(sw)
+    for d in {json.dumps(asdict(data_config(c)), sort_keys=True): data_config(c)
+              for c in configs}.values():
+        prepare_data(d)  # load / build every dataset once here, before the workers start
+    run_graph(build_graph(configs), out_dir, jobs=jobs, threads=threads, progress=progress,
+              backend=backend, address=address)
+    return results_table(out_dir)
