@@ -11,83 +11,30 @@ import logging
 import sys
 from pathlib import Path
 
+# the demo scenario lives in anchorviz.pipeline.demo; its names stay importable from here
+from anchorviz.pipeline.demo import (  # noqa: F401
+    DEFAULT_SCENARIO,
+    DEMO_NOTE,
+    HIDDEN_NOTE,
+    SCENARIOS,
+    demo_note,
+    demo_sweep,
+)
+
 logger = logging.getLogger("anchorviz")
 
+__all__ = [
+    "EXIT_CONFIG",
+    "EXIT_DATA",
+    "EXIT_INTERRUPT",
+    "EXIT_OK",
+    "EXIT_OTHER",
+    "EXIT_TRAIN",
+    "build_parser",
+    "main",
+]
+
 EXIT_OK, EXIT_OTHER, EXIT_CONFIG, EXIT_DATA, EXIT_TRAIN, EXIT_INTERRUPT = 0, 1, 2, 3, 4, 130
-
-DEMO_NOTE = (
-    "DEMO SCENARIO (constructed): VADER human sentiment ratings, source = movie reviews, targets = "
-    "Amazon / NYT / tweets. A source-only artefact is planted: the marker ' [verified]' is appended "
-    "to the CHOSEN text of a fraction {s:.0%} of source pairs (teacher_train, w2s_train, val, "
-    "source_test) and is {mode} in the targets. It is a constructed shortcut, not a property of "
-    "the data."
-)
-HIDDEN_NOTE = (
-    " The weak teacher can read the marker on only {v:.0%} of the marked pairs (on the others its "
-    "copy of the text lacks it, as if the marker lay beyond its context window); the strong "
-    "student reads every marker. Where the teacher reads the marker its labels follow it, so a "
-    "student can learn the marker from those pairs and apply it to the marked pairs the teacher "
-    "got wrong: an in-distribution gain made of the shortcut, which the targets (no marker) "
-    "cannot use."
-)
-# scenario -> (teacher visibility of the marker, what it shows)
-SCENARIOS = {
-    "hidden-cue": 0.5,  # the teacher reads half of the markers
-    "marker": 1.0,      # the teacher reads every marker (the contrast: it learns the shortcut too)
-}
-DEFAULT_SCENARIO = "hidden-cue"  # the one that shows the failure mode (docs/RESULTS.md)
-
-
-def demo_note(strength: float, mode: str, visibility: float) -> str:
-    """The banner the demo prints first: what is planted and how the teacher sees it."""
-    note = DEMO_NOTE.format(s=strength, mode=mode)
-    if visibility < 1:
-        note += HIDDEN_NOTE.format(v=visibility)
-    return note
-
-
-def demo_sweep(strength: float = 0.8, seeds: tuple[int, ...] = (0,), quick: bool = False,
-               scenario: str = DEFAULT_SCENARIO, visibility: float | None = None):
-    """The demo: teacher, ceiling, naive and ANCHOR at a small lambda grid, in one of the
-    `SCENARIOS` (``visibility`` overrides the scenario's teacher visibility of the marker)."""
-    from anchorviz.config import ConfigError, RunConfig, SweepConfig
-
-    if scenario not in SCENARIOS:
-        raise ConfigError(f"--scenario must be one of {sorted(SCENARIOS)}, got {scenario!r}")
-    base = RunConfig()
-    d = base.data
-    d.artifact_kind, d.artifact_strength, d.artifact_target_mode = "marker", strength, "absent"
-    d.artifact_teacher_visibility = SCENARIOS[scenario] if visibility is None else float(visibility)
-    d.max_length = 48
-    d.split_per_seed = True  # each seed draws its own split as well as its own training order
-    if quick:  # a smoke-sized demo for CI and first looks (~1-2 minutes)
-        d.teacher_train, d.w2s_train, d.val, d.source_test, d.target_test = 200, 300, 60, 150, 150
-        base.capture.projection = "pca"
-    else:
-        d.teacher_train, d.w2s_train, d.val, d.source_test, d.target_test = 500, 500, 150, 300, 300
-    # chosen on SOURCE validation (docs/RESULTS.md, "Hyper-parameters"): the zero-initialised
-    # head needs a larger lr than the backbone, or the soft BT loss barely moves and the
-    # teacher's labels stay near q = 0.5
-    for tc in (base.teacher_train, base.student_train):
-        tc.lr, tc.head_lr, tc.epochs, tc.batch_size = 5e-5, 2e-3, 2, 16
-    return SweepConfig(base=base, methods=["naive", "anchor"],
-                       anchor_lambdas=[1.0, 10.0] if not quick else [1.0],
-                       anchor_layers=["last"], seeds=list(seeds))
-
-
-def _table(df) -> str:
-    cols = ["method", "anchor_lambda", "anchor_layers", "seed", "acc_id", "acc_id_clean",
-            "acc_id_hidden", "acc_ood", "wrg", "aog", "nts", "drift_cos_target",
-            "drift_cos_centred_target", "q_confidence"]
-    cols = [c for c in cols if c in df.columns]
-    t = df[cols].copy()
-    for c in ("acc_id", "acc_id_clean", "acc_id_hidden", "acc_ood", "wrg", "aog", "nts"):
-        if c in t:
-            t[c] = (100 * t[c]).round(1)
-    for c in ("drift_cos_target", "drift_cos_centred_target", "q_confidence"):
-        if c in t:
-            t[c] = t[c].round(3)
-    return t.to_string(index=False, na_rep="-")
 
 
 def _verdict(df) -> str:
@@ -101,6 +48,7 @@ def _verdict(df) -> str:
 
 def cmd_demo(args) -> int:
     from anchorviz.config import expand_sweep
+    from anchorviz.pipeline.results import results_text
     from anchorviz.pipeline.sweep import sweep
 
     if args.out is None:
@@ -124,7 +72,7 @@ def cmd_demo(args) -> int:
     own = {n.id for n in build_graph(expand_sweep(sw)) if n.kind != "reference"}
     df = df[df["run_id"].isin(own)].reset_index(drop=True)
     print("\nResults (accuracies and transfer scores in points; OOD = mean over the 3 targets):")
-    print(_table(df))
+    print(results_text(df))
     print(_verdict(df))
     report = _write_report(args.out)
     print(f"\nHTML report: {report}")
@@ -137,129 +85,27 @@ def _write_report(out: str | Path, path: str | Path | None = None) -> Path:
     return write_report(out, path)
 
 
-def _parse_sets(items: list[str] | None) -> list[tuple[str, object]]:
-    """``--set key=value`` items as ``(dotted key, value)``; the value is read as YAML (``1e-4``,
-    ``true``, ``[vader-nyt, vader-amazon]``, ``{r: 8}``), so it has the type a config file
-    would give it."""
-    import yaml
-
-    from anchorviz.config import ConfigError
-
-    out = []
-    for item in items or []:
-        key, sep, text = item.partition("=")
-        key = key.strip()
-        if not sep or not key or any(not p for p in key.split(".")):
-            raise ConfigError(f"--set expects key=value with a dotted key such as "
-                              f"method.anchor_lambda=0.1, got {item!r}")
-        try:
-            value = yaml.safe_load(text) if text.strip() else ""
-        except yaml.YAMLError as err:
-            raise ConfigError(f"--set {key}: the value {text!r} is not valid YAML ({err})") from None
-        out.append((key, value))
-    return out
-
-
-def _set_in(tree: dict, cls, key: str, value: object, root: str = "") -> None:
-    """Set dotted ``key`` in ``tree`` (the ``asdict`` of dataclass ``cls``); a key that is not a
-    setting is a `ConfigError` naming it (with the close matches and the section's keys). A
-    free-form mapping setting (``models.student_lora``) takes any sub-key."""
-    import dataclasses
-    import difflib
-    import typing
-
-    from anchorviz.config import ConfigError
-
-    node, tp, parts = tree, cls, key.split(".")
-    for i, part in enumerate(parts):
-        where = ".".join(parts[:i]) or root.rstrip(".")
-        last = i == len(parts) - 1
-        if tp is not None and dataclasses.is_dataclass(tp):
-            names = [f.name for f in dataclasses.fields(tp)]
-            if part not in names:
-                close = difflib.get_close_matches(part, names, n=1)
-                hint = f" Did you mean {'.'.join([*parts[:i], close[0]])!r}?" if close else ""
-                raise ConfigError(
-                    f"--set {root}{key}: unknown key {part!r}"
-                    f"{' in ' + repr(where) if where else ''}.{hint} Known: {', '.join(names)}")
-            sub = typing.get_type_hints(tp)[part]
-        elif isinstance(node, dict) or node is None:
-            sub = None  # a free-form mapping
-        else:
-            raise ConfigError(f"--set {root}{key}: {'.'.join(parts[:i])!r} is a value, not a "
-                              "section")
-        if last:
-            node[part] = value
-            return
-        if node.get(part) is None and not (sub is not None and dataclasses.is_dataclass(sub)):
-            node[part] = {}
-        if not isinstance(node[part], dict):
-            raise ConfigError(f"--set {root}{key}: {'.'.join(parts[:i + 1])!r} is a value, not "
-                              "a section")
-        node, tp = node[part], sub
-
-
-def apply_sets(cfg, items: list[str] | None, where: str = "--set"):
-    """``cfg`` (a `RunConfig`) with ``--set key=value`` overrides, validated again."""
-    from anchorviz.config import RunConfig, config_from_dict
-
-    sets = _parse_sets(items)
-    if not sets:
-        return cfg
-    tree = cfg.to_dict()
-    for key, value in sets:
-        _set_in(tree, RunConfig, key, value)
-    return config_from_dict(tree, where=where)
-
-
-def apply_sweep_sets(sw, items: list[str] | None):
-    """A `SweepConfig` with ``--set`` overrides: a key names a setting of the base run config
-    (``method.anchor_lambda``, also written ``base.method.anchor_lambda``), or ``grid.<name>``
-    a list of the grid (``grid.seeds=[0,1,2]``)."""
-    import dataclasses
-
-    from anchorviz.config import ConfigError, RunConfig, sweep_from_dict
-
-    sets = _parse_sets(items)
-    if not sets:
-        return sw
-    base = sw.base.to_dict()
-    grid = {f.name: getattr(sw, f.name) for f in dataclasses.fields(sw)
-            if f.name != "base" and getattr(sw, f.name) is not None}
-    for key, value in sets:
-        if key.startswith("grid."):
-            name = key[len("grid."):]
-            allowed = [f.name for f in dataclasses.fields(sw) if f.name != "base"]
-            if name not in allowed:
-                raise ConfigError(f"--set {key}: unknown grid key {name!r}. Known: "
-                                  f"{', '.join(allowed)}")
-            grid[name] = value if isinstance(value, list) else [value]
-        else:
-            prefix = "base." if key.startswith("base.") else ""
-            _set_in(base, RunConfig, key[len(prefix):], value, root=prefix)
-    return sweep_from_dict({"base": base, "grid": grid}, where="--set")
-
-
 def cmd_run(args) -> int:
-    from anchorviz.config import load_config
-    from anchorviz.pipeline.results import results_table
+    from anchorviz.config import apply_sets, load_config
+    from anchorviz.pipeline.results import results_table, results_text
     from anchorviz.pipeline.sweep import run
 
     cfg = apply_sets(load_config(args.config), args.set)
     run(cfg, args.out, jobs=args.jobs, threads=args.threads, backend=args.backend,
         address=args.address)
-    print(_table(results_table(args.out)))
+    print(results_text(results_table(args.out)))
     return EXIT_OK
 
 
 def cmd_sweep(args) -> int:
-    from anchorviz.config import load_sweep
+    from anchorviz.config import apply_sweep_sets, load_sweep
+    from anchorviz.pipeline.results import results_text
     from anchorviz.pipeline.sweep import sweep
 
     sw = apply_sweep_sets(load_sweep(args.config), args.set)
     df = sweep(sw, args.out, jobs=args.jobs, threads=args.threads, backend=args.backend,
                address=args.address)
-    print(_table(df))
+    print(results_text(df))
     if args.report:
         print(f"HTML report: {_write_report(args.out)}")
     return EXIT_OK

@@ -41,10 +41,13 @@ __all__ = [
     "config_from_dict",
     "dataset_label",
     "dataset_path",
+    "apply_sets",
+    "apply_sweep_sets",
     "expand_sweep",
     "load_config",
     "load_sweep",
     "normalise_dataset_entry",
+    "parse_sets",
     "sweep_from_dict",
     "target_name",
     "with_overrides",
@@ -644,3 +647,105 @@ def expand_sweep(sw: SweepConfig) -> list[RunConfig]:
                         "method.name": m, "method.anchor_lambda": float(lam),
                         "method.anchor_layers": lay}))
     return out
+
+
+# overrides given as key=value strings (the command line's --set)
+
+
+def parse_sets(items: list[str] | None) -> list[tuple[str, object]]:
+    """``--set key=value`` items as ``(dotted key, value)``; the value is read as YAML (``1e-4``,
+    ``true``, ``[vader-nyt, vader-amazon]``, ``{r: 8}``), so it has the type a config file
+    would give it."""
+    import yaml
+
+
+    out = []
+    for item in items or []:
+        key, sep, text = item.partition("=")
+        key = key.strip()
+        if not sep or not key or any(not p for p in key.split(".")):
+            raise ConfigError(f"--set expects key=value with a dotted key such as "
+                              f"method.anchor_lambda=0.1, got {item!r}")
+        try:
+            value = yaml.safe_load(text) if text.strip() else ""
+        except yaml.YAMLError as err:
+            raise ConfigError(f"--set {key}: the value {text!r} is not valid YAML ({err})") from None
+        out.append((key, value))
+    return out
+
+
+def _set_in(tree: dict, cls, key: str, value: object, root: str = "") -> None:
+    """Set dotted ``key`` in ``tree`` (the ``asdict`` of dataclass ``cls``); a key that is not a
+    setting is a `ConfigError` naming it (with the close matches and the section's keys). A
+    free-form mapping setting (``models.student_lora``) takes any sub-key."""
+    import dataclasses
+    import difflib
+    import typing
+
+
+    node, tp, parts = tree, cls, key.split(".")
+    for i, part in enumerate(parts):
+        where = ".".join(parts[:i]) or root.rstrip(".")
+        last = i == len(parts) - 1
+        if tp is not None and dataclasses.is_dataclass(tp):
+            names = [f.name for f in dataclasses.fields(tp)]
+            if part not in names:
+                close = difflib.get_close_matches(part, names, n=1)
+                hint = f" Did you mean {'.'.join([*parts[:i], close[0]])!r}?" if close else ""
+                raise ConfigError(
+                    f"--set {root}{key}: unknown key {part!r}"
+                    f"{' in ' + repr(where) if where else ''}.{hint} Known: {', '.join(names)}")
+            sub = typing.get_type_hints(tp)[part]
+        elif isinstance(node, dict) or node is None:
+            sub = None  # a free-form mapping
+        else:
+            raise ConfigError(f"--set {root}{key}: {'.'.join(parts[:i])!r} is a value, not a "
+                              "section")
+        if last:
+            node[part] = value
+            return
+        if node.get(part) is None and not (sub is not None and dataclasses.is_dataclass(sub)):
+            node[part] = {}
+        if not isinstance(node[part], dict):
+            raise ConfigError(f"--set {root}{key}: {'.'.join(parts[:i + 1])!r} is a value, not "
+                              "a section")
+        node, tp = node[part], sub
+
+
+def apply_sets(cfg, items: list[str] | None, where: str = "--set"):
+    """``cfg`` (a `RunConfig`) with ``--set key=value`` overrides, validated again."""
+
+    sets = parse_sets(items)
+    if not sets:
+        return cfg
+    tree = cfg.to_dict()
+    for key, value in sets:
+        _set_in(tree, RunConfig, key, value)
+    return config_from_dict(tree, where=where)
+
+
+def apply_sweep_sets(sw, items: list[str] | None):
+    """A `SweepConfig` with ``--set`` overrides: a key names a setting of the base run config
+    (``method.anchor_lambda``, also written ``base.method.anchor_lambda``), or ``grid.<name>``
+    a list of the grid (``grid.seeds=[0,1,2]``)."""
+    import dataclasses
+
+
+    sets = parse_sets(items)
+    if not sets:
+        return sw
+    base = sw.base.to_dict()
+    grid = {f.name: getattr(sw, f.name) for f in dataclasses.fields(sw)
+            if f.name != "base" and getattr(sw, f.name) is not None}
+    for key, value in sets:
+        if key.startswith("grid."):
+            name = key[len("grid."):]
+            allowed = [f.name for f in dataclasses.fields(sw) if f.name != "base"]
+            if name not in allowed:
+                raise ConfigError(f"--set {key}: unknown grid key {name!r}. Known: "
+                                  f"{', '.join(allowed)}")
+            grid[name] = value if isinstance(value, list) else [value]
+        else:
+            prefix = "base." if key.startswith("base.") else ""
+            _set_in(base, RunConfig, key[len(prefix):], value, root=prefix)
+    return sweep_from_dict({"base": base, "grid": grid}, where="--set")

@@ -28,6 +28,7 @@ __all__ = [
     "base_config_columns",
     "pgr_from_runs",
     "results_table",
+    "results_text",
 ]
 
 
@@ -303,3 +304,20 @@ def _result_row(run_id: str, key: dict, m: dict, run_dir: Path) -> dict:
         for group, (acc, _) in artifact_accuracy(run_dir).items():
             row[f"acc_id_{group}"] = acc
     return row
+
+
+def results_text(df: pd.DataFrame) -> str:
+    """The results table as the command line prints it: the main columns, accuracies and
+    transfer scores in points, drift and confidence to 3 decimals."""
+    cols = ["method", "anchor_lambda", "anchor_layers", "seed", "acc_id", "acc_id_clean",
+            "acc_id_hidden", "acc_ood", "wrg", "aog", "nts", "drift_cos_target",
+            "drift_cos_centred_target", "q_confidence"]
+    cols = [c for c in cols if c in df.columns]
+    t = df[cols].copy()
+    for c in ("acc_id", "acc_id_clean", "acc_id_hidden", "acc_ood", "wrg", "aog", "nts"):
+        if c in t:
+            t[c] = (100 * t[c]).round(1)
+    for c in ("drift_cos_target", "drift_cos_centred_target", "q_confidence"):
+        if c in t:
+            t[c] = t[c].round(3)
+    return t.to_string(index=False, na_rep="-")
