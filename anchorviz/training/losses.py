@@ -28,6 +28,7 @@ __all__ = [
     "LAYER_NAMES",
     "NonFiniteLossError",
     "anchor_loss",
+    "check_anchor_inputs",
     "bt_loss",
     "bt_soft_loss",
     "check_finite_loss",
@@ -295,7 +296,7 @@ def anchor_loss(
 
     A sample ``u`` is one row by default. ``groups`` (shape ``(B,)``, integer ids) joins rows into
     one sample: the training loop feeds a preference pair's two sides as two rows of a joint
-    batch (`anchorviz.train.joint_batch`) and passes the pair index as ``groups``, so
+    batch (`anchorviz.training.loop.joint_batch`) and passes the pair index as ``groups``, so
     ``L_anchor(i)`` is per preference pair ``i``: the mean over the response tokens of both its
     sides (pooled: a longer side weighs more within its pair, each pair weighs the same).
     Samples with no response token are skipped (not counted as zeros).
@@ -332,7 +333,54 @@ def anchor_loss(
 
     Returns:
         scalar float32 tensor.
+
+    The inputs are checked first, apart from the maths (`check_anchor_inputs`: ValueError /
+    TypeError naming what is wrong); ``normalise`` and the anchored layers are also checked
+    once, before training starts, by `RunConfig.validate` and `Objective.validate`.
     """
+    student, reference, mask, units = check_anchor_inputs(
+        student_states, reference_states, response_mask, allow_empty, normalise, groups)
+    if mask is not None and not mask.any():  # allow_empty: a zero that keeps the graph
+        return 0.0 * torch.stack([s.float().sum() for s in student.values()]).sum()
+    return torch.stack([_layer_mse(s, reference[k].detach(), mask, units)
+                        for k, s in student.items()]).mean()
+
+
+def _layer_mse(s: torch.Tensor, r: torch.Tensor, mask: torch.Tensor | None,
+               units: torch.Tensor | None) -> torch.Tensor:
+    """One layer's term of `anchor_loss`: the mean squared student - reference distance."""
+    r = r.to(s.device)
+    if mask is None:  # pooled states (B, d): the plain mean over B * d entries
+        return (s.float() - r.float()).pow(2).mean()
+    m = mask.to(s.device)
+    diff = s[m].float() - r[m].float()  # (N_response_tokens, d): masked rows removed
+    if units is None:  # "token": every response entry of the batch pooled
+        return diff.pow(2).mean()
+    # "pair": per-sample sums and entry counts, then a mean over the non-empty samples
+    unit = units.to(s.device)[m.nonzero()[:, 0]]  # sample id of each response token
+    n_units = int(units.max()) + 1
+    sums = torch.zeros(n_units, device=s.device, dtype=torch.float32)
+    sums = sums.index_add(0, unit, diff.pow(2).sum(dim=-1))
+    counts = torch.bincount(unit, minlength=n_units).float() * diff.shape[-1]
+    seen = counts > 0
+    return (sums[seen] / counts[seen]).mean()
+
+
+def check_anchor_inputs(
+    student_states: StateSet,
+    reference_states: StateSet,
+    response_mask: torch.Tensor | None = None,
+    allow_empty: bool = False,
+    normalise: str = "pair",
+    groups: torch.Tensor | Sequence[int] | None = None,
+) -> tuple[dict, dict, torch.Tensor | None, torch.Tensor | None]:
+    """`anchor_loss`'s inputs checked and put in one form: ``(student, reference, mask, units)``
+    with the states as dicts ``layer -> tensor``, the mask as a bool ``(B, T)`` tensor (None for
+    pooled states) and ``units`` the contiguous sample id of each row (None unless token
+    states are normalised per ``"pair"``). Raises ValueError / TypeError naming what is wrong:
+    an unknown ``normalise``, no layer, other layers on the two sides, a mask that is not 0/1,
+    not ``(B, T)`` or has no response token (unless ``allow_empty``), states of other shapes
+    on the two sides, token states without a mask or pooled states with one."""
     if normalise not in ANCHOR_NORMALISATIONS:
         raise ValueError(
             f"normalise must be one of {ANCHOR_NORMALISATIONS}, got {normalise!r}"
@@ -359,16 +407,14 @@ def anchor_loss(
             mask = mask != 0
         if normalise == "pair":
             units = _row_units(groups, mask.shape[0])
-    empty = mask is not None and not bool(mask.any())
-    if empty and not allow_empty:
+    if mask is not None and not bool(mask.any()) and not allow_empty:
         raise ValueError(
             "response_mask has no response token (all zeros); pass allow_empty=True "
             "to get a zero loss instead"
         )
 
-    per_layer = []
     for layer, s in student.items():
-        r = reference[layer].detach()
+        r = reference[layer]
         if s.shape != r.shape:
             raise ValueError(
                 f"layer {layer}: student states {tuple(s.shape)} and reference states "
@@ -385,37 +431,18 @@ def anchor_loss(
                     f"layer {layer}: response_mask {tuple(mask.shape)} does not match the "
                     f"states' (B, T) = {tuple(s.shape[:2])}"
                 )
-            if empty:
-                continue
-            m = mask.to(s.device)
-            diff = s[m].float() - r.to(s.device)[m].float()  # (N_response_tokens, d)
-            if units is None:  # "token": pooled over the batch
-                per_layer.append(diff.pow(2).mean())
-                continue
-            # "pair": per-sample sums and entry counts, then a mean over non-empty samples
-            unit = units.to(s.device)[m.nonzero()[:, 0]]  # sample id of each response token
-            n_units = int(units.max()) + 1
-            sums = torch.zeros(n_units, device=s.device, dtype=torch.float32)
-            sums = sums.index_add(0, unit, diff.pow(2).sum(dim=-1))
-            counts = torch.bincount(unit, minlength=n_units).float() * diff.shape[-1]
-            seen = counts > 0
-            per_layer.append((sums[seen] / counts[seen]).mean())
         elif s.dim() == 2:
             if mask is not None:
                 raise ValueError(
                     f"layer {layer}: pooled states (B, d) take response_mask=None, "
                     f"got a mask of shape {tuple(mask.shape)}"
                 )
-            per_layer.append((s.float() - r.to(s.device).float()).pow(2).mean())
         else:
             raise ValueError(
                 f"layer {layer}: states must be (B, T, d) token states or (B, d) pooled "
                 f"states, got shape {tuple(s.shape)}"
             )
-    if empty:
-        # a zero that keeps the graph, so backward() still runs (with zero gradient)
-        return 0.0 * torch.stack([t.float().sum() for t in student.values()]).sum()
-    return torch.stack(per_layer).mean()
+    return student, reference, mask, units
 
 
 def _round_half_up(x: float) -> int:
