@@ -4,4 +4,6 @@ import sys
 
 from anchorviz.analysis import capture as _home
 
+__all__ = list(_home.__all__)
+
 sys.modules[__name__] = _home

@@ -39,7 +39,7 @@ EXIT_OK, EXIT_OTHER, EXIT_CONFIG, EXIT_DATA, EXIT_TRAIN, EXIT_INTERRUPT = 0, 1, 
 
 def _verdict(df) -> str:
     """Plain-words reading of the table, computed from it by the one verdict function
-    (`anchorviz.summary.verdict_lines`: per-seed numbers, the failure-mode verdict with seed
+    (`anchorviz.analysis.summary.verdict_lines`: per-seed numbers, the failure-mode verdict with seed
     intervals, pooled and per target, and ANCHOR vs naive); never a canned conclusion."""
     from anchorviz.analysis.summary import verdict_lines
 
@@ -150,7 +150,7 @@ def cmd_report(args) -> int:
 
 
 def cmd_analyse(args) -> int:
-    """Analyse a reward model trained elsewhere against its base (`anchorviz.analyse`)."""
+    """Analyse a reward model trained elsewhere against its base (`anchorviz.pipeline.analyse`)."""
     from anchorviz.pipeline.analyse import analyse, summary_lines
 
     res = analyse(args.model, args.reference, args.source, args.targets, args.unlabelled,

@@ -150,7 +150,7 @@ class RunConfig:
     seed: int = 0
     ceiling: bool = True  # also train the gold-label ceiling (for PGR)
     # experiment tracking, as TRL's report_to: [tensorboard, mlflow, wandb] ("all" / "none");
-    # off by default and never part of a run key (anchorviz.tracking)
+    # off by default and never part of a run key (anchorviz.training.tracking)
     report_to: list[str] | str = field(default_factory=list)
 
     def to_dict(self) -> dict:

@@ -4,4 +4,6 @@ import sys
 
 from anchorviz.viz import plots as _home
 
+__all__ = list(_home.__all__)
+
 sys.modules[__name__] = _home

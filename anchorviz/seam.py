@@ -4,4 +4,6 @@ import sys
 
 from anchorviz.training import seam as _home
 
+__all__ = list(_home.__all__)
+
 sys.modules[__name__] = _home

@@ -55,6 +55,25 @@ import pandas as pd
 
 logger = logging.getLogger(__name__)
 
+__all__ = [
+    "ARTIFACT_KINDS",
+    "DEFAULT_MARKER",
+    "DEFAULT_ORDER_WORDS",
+    "FILLER_SENTENCES",
+    "LENGTH_MODES",
+    "ROLES",
+    "TARGET_MODES",
+    "TEACHER_FORMS",
+    "apply_artifact",
+    "artifact_label_correlation",
+    "count_words",
+    "first_word",
+    "mark_teacher_visibility",
+    "order_suffixes",
+    "strip_artifact",
+    "teacher_view",
+]
+
 ARTIFACT_KINDS: tuple[str, ...] = ("marker", "length", "order", "echo")
 TARGET_MODES: tuple[str, ...] = ("absent", "neutral", "reversed")
 ROLES: tuple[str, ...] = ("source", "target")

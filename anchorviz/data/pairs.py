@@ -1050,7 +1050,7 @@ def load_pairs(
     1. a manifest name (:func:`list_datasets`): read from the Hugging Face Hub (its hub id,
        config and ``split``, default the manifest's ``default_split``), from its local file
        (``realdata-*``), from ``path`` (a local copy in the hub's row format), or, for the
-       ``vader`` adapter, from :func:`anchorviz.vader.vader_pairs` (``domain`` picks the VADER
+       ``vader`` adapter, from :func:`anchorviz.data.vader.vader_pairs` (``domain`` picks the VADER
        domain);
     2. an existing local file or directory (``split`` selects files of a directory, e.g.
        ``test.jsonl`` or ``data/test-00000.parquet``), with the generic ``pairs`` adapter

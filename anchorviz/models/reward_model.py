@@ -283,7 +283,7 @@ def load_backbone(
     except OSError as err:
         raise ModelError(
             f"could not load model {name_or_path!r} (resolved to {path!r}): {err}. Use a zoo name "
-            "(anchorviz.zoo.ZOO), a local folder with config.json and weights, or a hub id "
+            "(anchorviz.models.zoo.ZOO), a local folder with config.json and weights, or a hub id "
             "(needs network)"
         ) from err
     _report_loading(name_or_path, info)

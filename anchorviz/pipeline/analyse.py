@@ -17,13 +17,13 @@ Then, on pairs of the source and of each target (the same token ids for model an
 pairwise accuracy per labelled domain with bootstrap intervals; linear CKA (biased and
 debiased) and cosine drift (raw, centred, standardised) per layer against the BASE model's
 states; the shared 2-D map (UMAP, PCA fallback) fitted on the base's states; and for targets
-given without labels, `anchorviz.drift.OODRiskEstimator`'s label-free estimate of the accuracy
+given without labels, `anchorviz.analysis.drift.OODRiskEstimator`'s label-free estimate of the accuracy
 from the drift, fitted on every labelled domain of every checkpoint analysed into the same
 folder against the same base (it says when the relation is too weak to predict).
 
 The output is a run folder of the ordinary store (``<out>/runs/checkpoint-<hash>/``: config,
 metrics, scores, drift, projection, hidden states; kind ``external``), so ``anchorviz report
-<out>``, `anchorviz.plots` and the widgets read it like a trained run; plus
+<out>``, `anchorviz.viz.plots` and the widgets read it like a trained run; plus
 ``<out>/ood_risk.csv`` for the unlabelled targets. Analysing the same checkpoint on the same
 data again reads the finished run.
 """
@@ -684,7 +684,7 @@ DRIFT_FOR_RISK = ("cosine_centred_mean", "cosine_mean")
 
 
 def ood_risk_table(out: str | Path, n_boot: int = 2000, min_runs: int = 4) -> pd.DataFrame:
-    """`anchorviz.drift.OODRiskEstimator` over the checkpoints analysed into ``out``: fitted on
+    """`anchorviz.analysis.drift.OODRiskEstimator` over the checkpoints analysed into ``out``: fitted on
     (last-layer centred cosine drift, accuracy) of every labelled domain of every checkpoint
     with the same reference, it predicts the accuracy of each unlabelled target from its
     drift, with a prediction interval, or says why the relation is too weak. Written to

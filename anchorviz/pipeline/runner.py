@@ -37,6 +37,21 @@ from pathlib import Path
 
 logger = logging.getLogger(__name__)
 
+__all__ = [
+    "BACKENDS",
+    "KINDS",
+    "RAY_MAX_RETRIES",
+    "BackendUnavailable",
+    "Node",
+    "WorkerInterrupted",
+    "build_graph",
+    "check_backend",
+    "default_jobs",
+    "execute_node",
+    "node_resources",
+    "run_graph",
+]
+
 KINDS = ("teacher", "reference", "ceiling", "student")
 BACKENDS = ("local", "ray")
 RAY_MAX_RETRIES = 3  # a task whose worker dies (killed, OOM, node lost) runs again this often

@@ -292,7 +292,7 @@ def _run_guarded(store, run_id: str, key: dict, body) -> RunResult:
 
 
 def _tracked(body, cfg: RunConfig, store, run_id: str, key: dict):
-    """``body`` with the run's tracker open when ``cfg.report_to`` asks (`anchorviz.tracking`:
+    """``body`` with the run's tracker open when ``cfg.report_to`` asks (`anchorviz.training.tracking`:
     the training loop logs each step and validation to it; the final accuracies and transfer
     scores are logged when the run ends). Only runs that are computed are tracked."""
     if not cfg.report_to:
@@ -369,7 +369,7 @@ def _save_weights(model, tmp: Path, full: bool = True) -> None:
 
 
 def _seam_labels(store, cfg: RunConfig, data, teacher: RunResult, q: np.ndarray, tmp: Path):
-    """SEAM label refinement (anchorviz.seam, docs/SEAM.md): the pretrained generative student
+    """SEAM label refinement (anchorviz.training.seam, docs/SEAM.md): the pretrained generative student
     writes principle trees; the trained weak teacher annotates the informative nodes."""
     from safetensors.torch import load_file
 

@@ -31,7 +31,7 @@ def run(cfg: RunConfig, out_dir: str | Path = "runs/default", jobs: int | None =
         address: str | None = None) -> list[steps.RunResult]:
     """The whole pipeline for one config: teacher, (ceiling), the student. Returns their results
     (already-finished parts are read, not recomputed) and refreshes the results table.
-    ``jobs``: local worker processes (see `anchorviz.runner.run_graph`; the ceiling and the
+    ``jobs``: local worker processes (see `anchorviz.pipeline.runner.run_graph`; the ceiling and the
     student train in parallel with 2); ``threads``: torch threads per worker; ``backend``:
     ``"local"`` or ``"ray"`` (each node a Ray task on the cluster at ``address``, or on a local
     Ray instance; ``out_dir`` must then be on a filesystem every worker sees)."""
@@ -61,7 +61,7 @@ def sweep(sw: SweepConfig, out_dir: str | Path, jobs: int | None = None, threads
           address: str | None = None) -> pd.DataFrame:
     """Run every config of a sweep (sharing teachers, ceilings, reference captures); resumes.
 
-    The grid becomes a run graph (`anchorviz.runner`) executed by ``jobs`` local worker
+    The grid becomes a run graph (`anchorviz.pipeline.runner`) executed by ``jobs`` local worker
     processes (None: ``$ANCHORVIZ_JOBS`` or the number of cores), each running torch on
     ``threads`` threads; the run ids and metrics do not depend on ``jobs``. ``backend="ray"``
     runs each node as a Ray task instead (on the cluster at ``address``, else a running or new

@@ -231,7 +231,7 @@ def train_reward_model(
     batch that hold pair ``i`` share the group id ``i``). Validation (if ``val`` is given)
     uses ``val_targets``: mean soft-BT loss and agreement with the hard targets (q > 0.5).
 
-    ``tracker`` (an `anchorviz.tracking.Tracker`; default: the one `anchorviz.tracking.tracked_run`
+    ``tracker`` (an `anchorviz.training.tracking.Tracker`; default: the one `anchorviz.training.tracking.tracked_run`
     made current, else none) receives each step's history row and each validation; it only
     reads numbers the loop has computed.
     """

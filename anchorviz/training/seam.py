@@ -260,7 +260,7 @@ def principle_prompt(prompt: str, principle: str) -> str:
     """The prompt the weak teacher reads for one cue node: the task, then the principle.
 
     The principle goes LAST (next to the response) so that left truncation of long prompts
-    (``anchorviz.tokenization``) never removes it.
+    (``anchorviz.models.tokenization``) never removes it.
     """
     head = str(prompt).rstrip() if prompt and str(prompt).strip() else ""
     return (head + "\n\n" if head else "") + f"Principle: {principle}\n"
@@ -716,7 +716,7 @@ def reward_score_fn(model, tokenizer, *, max_length: int = 128, batch_size: int 
     """A ``teacher_score_fn`` over a trained :class:`~anchorviz.models.RewardModel`.
 
     Each (prompt, response) is encoded exactly like one side of a pair in
-    :func:`anchorviz.tokenization.encode_pairs` (same truncation, same response mask), batched
+    :func:`anchorviz.models.tokenization.encode_pairs` (same truncation, same response mask), batched
     by length, scored in eval mode under ``torch.inference_mode``.
     """
     from anchorviz.models.reward_model import eval_mode

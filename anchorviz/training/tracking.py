@@ -25,7 +25,7 @@ Where it goes, under the run store ``OUT`` (the ``--out`` folder):
   ``WANDB_MODE=offline`` keeps everything local.
 
 Training numerics do not depend on tracking: the loop hands the tracker numbers it has already
-computed (`anchorviz.train.train_reward_model`'s ``tracker``, or the one `tracked_run` opens).
+computed (`anchorviz.training.loop.train_reward_model`'s ``tracker``, or the one `tracked_run` opens).
 """
 
 from __future__ import annotations

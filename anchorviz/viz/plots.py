@@ -1,7 +1,7 @@
 """Plotly figures of stored results: each figure is one function of a run or sweep directory.
 
 Nothing here trains or computes representations: every function reads the files that
-``anchorviz.experiment`` wrote (layout: docs/ARCHITECTURE.md, "Sweep and run directories") and
+the pipeline (``anchorviz.pipeline``) wrote (layout: docs/ARCHITECTURE.md, "Sweep and run directories") and
 returns a ``plotly.graph_objects.Figure``. Functions of a sweep also accept an already loaded
 results table (``results=``) and per-run tables, so the widgets can redraw without touching the
 disk.
@@ -20,7 +20,7 @@ Figures:
   put them.
 - :func:`drift_vs_ood_figure` -- drift against OOD gain, one panel per target, one marker per
   run and seed; Spearman rho with its bootstrap interval
-  (``anchorviz.drift.drift_ood_relation``) and a fitted line only from
+  (``anchorviz.analysis.drift.drift_ood_relation``) and a fitted line only from
   :data:`MIN_CORRELATION_N` runs on.
 - :func:`lambda_sweep_figure` -- ID, OOD, NTS and drift against the ANCHOR strength lambda.
 - :func:`label_confidence_figure` -- the teacher's soft labels q: uninformative labels show.
@@ -1000,7 +1000,7 @@ def projection_method(run_dir: PathLike | None = None,
 
     A ``projection_method`` column of the table says it directly. Otherwise the run's
     ``config.yaml`` does: ``capture.projection`` ``"pca"`` or ``"umap"``; ``"auto"`` is UMAP
-    when umap-learn is installed (as `anchorviz.projection.SharedProjection` decides; it
+    when umap-learn is installed (as `anchorviz.analysis.projection.SharedProjection` decides; it
     falls back to PCA only without umap-learn or with fewer than ~17 reference rows, far
     fewer than any test split) and PCA when it is not. ``"map"`` when neither can be read.
     """
@@ -1214,7 +1214,7 @@ def drift_vs_ood_figure(
     there (``aog_<target>`` for ``gain_col="aog"``, ``acc_<target>`` for ``"acc_ood"``);
     otherwise one panel of the pooled columns ``drift_col`` / ``gain_col``. A panel shows the
     Spearman correlation with its bootstrap interval over runs
-    (``anchorviz.drift.drift_ood_relation``) and the least-squares line only from ``min_n``
+    (``anchorviz.analysis.drift.drift_ood_relation``) and the least-squares line only from ``min_n``
     runs on (:data:`MIN_CORRELATION_N`); below that, and where the correlation is undefined
     (a constant column), it shows the points and says why. Gains (``aog``, ``wrg``, ``nts``,
     ``acc_*``) are drawn x100; the statistics do not depend on that.

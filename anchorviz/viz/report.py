@@ -2,7 +2,7 @@
 
 Top of the page, before any figure: a smoke-run disclaimer when the runs are smoke-sized
 (:func:`smoke_reasons`), the scenario (the same banner ``anchorviz demo`` prints for the demo),
-the failure-mode verdict of ``anchorviz.summary.failure_mode`` / ``verdict_lines`` (the
+the failure-mode verdict of ``anchorviz.analysis.summary.failure_mode`` / ``verdict_lines`` (the
 function the CLI prints, never a second rule), and a warning when the teacher's labels are
 nearly uninformative. Then the results table (readable names, fixed decimals) and the figures
 of ``plots.py``, each a function of the folder; plotly.js is embedded once.
@@ -253,7 +253,7 @@ def _strengths(results: pd.DataFrame) -> list[float | None]:
 
 def verdict_blocks(results: pd.DataFrame) -> list[dict[str, Any]]:
     """Per artefact strength: ``{"strength", "status", "headline", "lines"}`` from
-    `anchorviz.summary.failure_mode` and `anchorviz.summary.verdict_lines` (what the CLI
+    `anchorviz.analysis.summary.failure_mode` and `anchorviz.analysis.summary.verdict_lines` (what the CLI
     prints). ``status``: ``"yes"`` (failure mode shown), ``"no"`` or ``"none"`` (no verdict:
     one seed, or missing runs / columns)."""
     from anchorviz.analysis import summary
@@ -280,7 +280,7 @@ def verdict_blocks(results: pd.DataFrame) -> list[dict[str, Any]]:
 
 def label_warning(results: pd.DataFrame) -> str | None:
     """A warning when the labels the students trained on are nearly uninformative: mean
-    confidence max(q, 1 - q) below `anchorviz.plots.UNINFORMATIVE_BELOW` (teacher rows when
+    confidence max(q, 1 - q) below `anchorviz.viz.plots.UNINFORMATIVE_BELOW` (teacher rows when
     no student has it); None otherwise."""
     from anchorviz.viz.plots import UNINFORMATIVE_BELOW
 
@@ -308,7 +308,7 @@ def _pick_runs(results: pd.DataFrame) -> list[tuple[str, str]]:
     """(title, run_id) of the runs whose map panels the report shows, at the LARGEST artefact
     strength (the clearest shortcut, as the figures' default condition) and the lowest seed
     number: the naive student, and the ANCHOR setting chosen on gold SOURCE-validation
-    accuracy (`anchorviz.summary.best_on_source_val`, never a target number; the largest
+    accuracy (`anchorviz.analysis.summary.best_on_source_val`, never a target number; the largest
     lambda when no validation accuracy is stored)."""
     from anchorviz.analysis.summary import best_on_source_val
 
@@ -489,12 +489,12 @@ def write_figures(sweep_dir: str | Path, fmt: str = "pdf", width: str | float = 
     """The report's figures as paper figures: ``DIR/figures/NN-<title>.<fmt>`` + ``captions.txt``.
 
     Every figure of the report (and the training-loss curves) in
-    `anchorviz.plots.paper_style`: no in-figure title -- the title is the file name and,
+    `anchorviz.viz.plots.paper_style`: no in-figure title -- the title is the file name and,
     with the subtitle that says what the error bars are, a line of ``captions.txt`` --,
     ``width`` ``"single"`` (3.5 in) or ``"double"`` (7.2 in) column, 8 pt text, the
     Okabe-Ito colours. ``fmt``: ``pdf`` / ``svg`` (vector, physical size) or ``png``
     (``dpi``). A figure that cannot be drawn from this folder is listed in captions.txt as
-    skipped, with why. Returns the written image paths. Raises `anchorviz.plots.ExportError`
+    skipped, with why. Returns the written image paths. Raises `anchorviz.viz.plots.ExportError`
     when no static exporter works (kaleido needs Chrome / Chromium).
     """
     from anchorviz.viz import plots
@@ -592,7 +592,7 @@ def write_report(sweep_dir: str | Path, path: str | Path | None = None) -> Path:
     top.append("<div class='box scenario' id='scenario'><b>Scenario.</b> "
                + "<br>".join(esc(x) for x in scenario_lines(sweep_dir, results)) + "</div>")
     verdict = ["<div class='box verdict' id='verdict'><b>Verdict</b> (computed from the "
-               "results table by <code>anchorviz.summary.failure_mode</code>, the same function "
+               "results table by <code>anchorviz.analysis.summary.failure_mode</code>, the same function "
                "<code>anchorviz demo</code> prints):"]
     for b in verdict_blocks(results):
         verdict.append(f"<p class='headline {b['status']}'>{esc(b['headline'])}</p>"

@@ -16,7 +16,7 @@ programmatically what the controls do.
 The layout follows the width of the output area: the figures autosize (no fixed width), the
 rows of controls and the two lower panels wrap under each other in a narrow notebook column
 instead of being cut off, and every colour comes from the Okabe-Ito palette of
-:mod:`anchorviz.plots` (``plots.OKABE_ITO`` / ``plots.TEMPLATE``: no red / green pair). Values
+:mod:`anchorviz.viz.plots` (``plots.OKABE_ITO`` / ``plots.TEMPLATE``: no red / green pair). Values
 shown in the HTML status lines (run ids, paths, error messages) are HTML-escaped;
 ``status_text`` gives the same line as plain text for printing.
 
@@ -51,7 +51,7 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["RunLauncher", "SweepExplorer", "lambda_label", "select_run"]
 
-#: the explorer's colours, all from the Okabe-Ito palette of anchorviz.plots: the selected run
+#: the explorer's colours, all from the Okabe-Ito palette of anchorviz.viz.plots: the selected run
 #: blue and the naive W2S reference vermillion (its colour in every other figure), ID / OOD
 #: accuracy blue / orange; chosen / rejected come from plots.umap_groups (blue / orange)
 _OI = plots.OKABE_ITO
