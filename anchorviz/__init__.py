@@ -25,7 +25,7 @@ _PUBLIC = {
     "run": "anchorviz.pipeline.sweep",
     "sweep": "anchorviz.pipeline.sweep",
     "results_table": "anchorviz.pipeline.results",
-    "load_pairs": "anchorviz.data.pairs",
+    "load_pairs": "anchorviz.data.readers",
     "linear_cka": "anchorviz.analysis.drift",
     "SweepExplorer": "anchorviz.viz.widgets",
     "plots": "anchorviz.viz.plots",

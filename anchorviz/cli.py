@@ -178,7 +178,7 @@ def _columns(header: list[str], rows: list[list[str]]) -> str:
 
 
 def cmd_datasets(args) -> int:
-    from anchorviz.data.pairs import list_datasets
+    from anchorviz.data.readers import list_datasets
 
     t = list_datasets(local=True)
     def cell(x) -> str:  # pandas holds a missing value as None or NaN
@@ -382,7 +382,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     from anchorviz.config import ConfigError
-    from anchorviz.data.pairs import DataError
+    from anchorviz.data.schema import DataError
     from anchorviz.models.reward_model import ModelError
     from anchorviz.models.tokenization import TokenizationError
     from anchorviz.pipeline.store import StoreError

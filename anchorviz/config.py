@@ -374,7 +374,7 @@ def check_dataset_entry(entry: Any, where: str) -> None:
         if not ok:
             raise ConfigError(f"{where}.column_map.{k}: expected a column name (or null: no "
                               f"such column, or a list of candidate names), got {v!r}")
-    from anchorviz.data.pairs import ADAPTERS
+    from anchorviz.data.adapters import ADAPTERS
 
     manifests = _dataset_manifests()
     adapter = manifests[path]["adapter"] if path in manifests else "pairs"
@@ -429,7 +429,7 @@ def _dataset_manifests() -> typing.Mapping[str, dict]:
     """The named datasets' manifests (read once per process: keys and validation ask often), as
     a read-only view: no caller can change what the next one reads."""
     if not _MANIFESTS:
-        from anchorviz.data.pairs import _manifests
+        from anchorviz.data.readers import _manifests
 
         _MANIFESTS.update(_manifests())
     return types.MappingProxyType(_MANIFESTS)
@@ -437,7 +437,7 @@ def _dataset_manifests() -> typing.Mapping[str, dict]:
 
 def _dataset_identity(name: str) -> str:
     """A dataset's name, or the resolved file behind a local path (or a manifest's local file)."""
-    from anchorviz.data.pairs import _manifest_local_path
+    from anchorviz.data.readers import _manifest_local_path
 
     manifests = _dataset_manifests()
     if name in manifests:
@@ -560,7 +560,7 @@ def target_name(dataset: str | dict) -> str:
     if dataset.startswith("vader-"):
         short = dataset.split("vader-", 1)[-1]
     elif dataset not in _dataset_manifests() and _names_a_path(dataset):
-        from anchorviz.data.pairs import _kind, _strip_gz
+        from anchorviz.data.readers import _kind, _strip_gz
 
         short = _strip_gz(Path(dataset).expanduser().name)
         kind = _kind(Path(short))
@@ -574,7 +574,7 @@ def target_name(dataset: str | dict) -> str:
 def _names_a_path(name: str) -> bool:
     """A dataset string that is a local file or folder (or written as one: absolute, ``./``,
     ``~``, or a data file's extension), not a dataset name or a hub id."""
-    from anchorviz.data.pairs import _looks_like_path
+    from anchorviz.data.readers import _looks_like_path
 
     return Path(name).expanduser().exists() or _looks_like_path(name)
 

@@ -5,7 +5,7 @@
     python scripts/screenshots.py --store runs/demo     # report of a real sweep folder
     python scripts/screenshots.py --out docs/screenshots --height 2000
 
-The report: ``anchorviz.report.write_report`` of ``--store`` (default: ``runs/demo-quick`` when
+The report: ``anchorviz.viz.report.write_report`` of ``--store`` (default: ``runs/demo-quick`` when
 it holds a results table, else a small fake sweep built with the test fixture
 ``tests/fake_sweep.py``: three seeds, the demo's marker artefact; nothing is trained). The
 notebooks: ``jupyter nbconvert --to html`` of notebooks/01-03 as committed (their stored
@@ -104,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     shots = []
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        from anchorviz.report import write_report
+        from anchorviz.viz.report import write_report
 
         store = build_store(args.store, work)
         if store.parent == work:  # the fake store: its page title says so, not a temp path

@@ -1,13 +1,26 @@
 """Stage 1, the pairs: one schema, adapters and readers, prompt-grouped splits, the embedded VADER
 data and the teaching artefact.
 
-``pairs`` (schema, adapters, readers, splits), ``vader`` (the default data), ``artifacts`` (the
+Every dataset, whatever its source format, becomes one pair table (a `pandas.DataFrame` with
+columns `PAIR_COLUMNS`, docs/ARCHITECTURE.md)::
+
+    pairs, report = load_pairs("hh-rlhf-harmless", split="test")
+    print(report)                      # rows read / kept / dropped per reason
+    splits = split_by_prompt(pairs, {"teacher_train": 1000, "w2s_train": 2000,
+                                     "val": 300, "source_test": 1000}, seed=0)
+
+``schema`` (the columns, drop reasons and report, checks, dedupe), ``adapters`` (one source row
+-> one pair), ``readers`` (named datasets, local files, the hub: `load_pairs`), ``splits``
+(prompt-grouped splits, the protocol's splits), ``vader`` (the default data), ``artifacts`` (the
 source-only cue). The named datasets' manifests are package data in ``anchorviz/manifests/``.
 ``anchorviz.data`` was one module before the package was laid out by stage: its names are
 re-exported here, so ``from anchorviz.data import load_pairs`` keeps working.
 """
 
-from anchorviz.data import pairs
-from anchorviz.data.pairs import *  # noqa: F403  (the former anchorviz.data module's names)
+from anchorviz.data import adapters, readers, schema, splits
+from anchorviz.data.adapters import *  # noqa: F403
+from anchorviz.data.readers import *  # noqa: F403
+from anchorviz.data.schema import *  # noqa: F403
+from anchorviz.data.splits import *  # noqa: F403
 
-__all__ = list(pairs.__all__)
+__all__ = [*schema.__all__, *adapters.__all__, *readers.__all__, *splits.__all__]

@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from anchorviz.data.pairs import PAIR_COLUMNS  # the one schema (data.py imports us lazily)
+from anchorviz.data.schema import PAIR_COLUMNS  # the one schema (readers.py imports us lazily)
 from anchorviz.paths import cache_subdir, file_sha256, write_atomic
 
 logger = logging.getLogger(__name__)

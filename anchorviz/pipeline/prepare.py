@@ -44,7 +44,8 @@ def load_dataset_entry(entry: str | dict):
     """``(pairs, drop report)`` of a ``data.source`` / ``data.targets`` entry through
     `anchorviz.data.load_pairs`, with the entry's ``column_map`` and its ``name`` as the domain
     label. A file whose columns do not fit says how to write the ``column_map`` in a config."""
-    from anchorviz.data.pairs import DataError, load_pairs
+    from anchorviz.data.readers import load_pairs
+    from anchorviz.data.schema import DataError
 
     path = dataset_path(entry)
     kwargs: dict[str, Any] = {}
@@ -108,7 +109,7 @@ def prepare_data(cfg: DataConfig) -> dict[str, pd.DataFrame]:
 
 
 def _build_data(cfg: DataConfig) -> dict[str, pd.DataFrame]:
-    from anchorviz.data.pairs import protocol_splits
+    from anchorviz.data.splits import protocol_splits
 
     # load_pairs logs each dataset's report once (INFO, WARNING when rows were malformed);
     # the role is at DEBUG so that an INFO log does not say everything twice
