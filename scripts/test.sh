@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The test suite (README's test command runs this after set-up). Notebooks run in smoke mode.
+# The whole test suite, as CI runs it (README's test command runs this after set-up); notebooks
+# run in smoke mode. The fast tier: bash scripts/test.sh -m "not slow"
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ -n "${VIRTUAL_ENV:-}" ] || . .venv/bin/activate

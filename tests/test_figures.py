@@ -136,6 +136,7 @@ def test_export_wraps_a_long_title_instead_of_cutting_it(sweep):
 # --------------------------------------------------------------------------- exported files
 
 
+@pytest.mark.slow  # over 5 s on 2 busy cores: Kaleido renders every figure
 @needs_exporter
 def test_report_figures_pdf_single_column(sweep, capsys):
     assert main(["report", str(sweep), "--figures", "pdf"]) == EXIT_OK
@@ -162,6 +163,7 @@ def test_exported_files_open_at_the_requested_size(sweep, tmp_path):
     assert _pdf_width_pt(paths[2]) == pytest.approx(7.2 * 72, abs=1.0)
 
 
+@pytest.mark.slow  # over 5 s on 2 busy cores: Kaleido renders every figure
 @needs_exporter
 def test_write_figures_png_at_dpi(sweep, tmp_path):
     files = write_figures(sweep, "png", "single", out_dir=tmp_path / "f", dpi=200)

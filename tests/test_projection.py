@@ -127,6 +127,7 @@ def test_many_rows_let_umap_search_its_own_neighbours(monkeypatch):
     assert proj.transform(x[:3]).shape == (3, 2)
 
 
+@pytest.mark.slow  # over 5 s on 2 busy cores: a fresh interpreter importing umap
 def test_a_projection_leaves_torchs_thread_count_alone():
     """umap-learn's numba OpenMP layer used to reset torch's intra-op threads to every core when
     it first started (hence a fresh process): a worker pinned to one thread then trained on

@@ -25,6 +25,9 @@ COLS = ["run_id", "acc_id", "acc_ood", "wrg", "aog", "nts", "pgr", "drift_cos_ta
         "drift_cka_target", "acc_val"]
 TESTS = str(Path(__file__).parent)
 
+# slow: a local Ray instance (~13 s to start on 2 busy cores) and tiny sweeps on it
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def ray_local():

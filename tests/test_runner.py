@@ -42,6 +42,7 @@ def test_graph_shares_teachers_and_references_and_orders_dependencies(tmp_path):
                        if by_id[d].kind == "teacher")
 
 
+@pytest.mark.slow  # over 5 s on 2 busy cores: two worker processes
 def test_two_workers_run_independent_nodes_at_once_and_respect_dependencies(tmp_path):
     nodes = build_graph(expand_sweep(_sweep(tmp_path)))
     run_graph(nodes, tmp_path, jobs=2, progress=False, execute=record)
@@ -75,6 +76,7 @@ def test_jobs_must_be_positive(tmp_path, monkeypatch):
     assert default_jobs() == 3
 
 
+@pytest.mark.slow  # over 5 s on 2 busy cores: a sweep trained twice, in 1 and 2 workers
 def test_results_do_not_depend_on_the_number_of_workers(tmp_path):
     """The real pipeline on two worker processes gives the same run ids and metrics as in one."""
     sw = _sweep(tmp_path, seeds=(0,))
@@ -125,6 +127,7 @@ def test_a_reference_capture_read_from_the_store_reports_not_computed(tmp_path):
     assert first["computed"] is True and again["computed"] is False
 
 
+@pytest.mark.slow  # over 5 s on 2 busy cores: a sweep in a subprocess with workers
 def test_ctrl_c_stops_the_workers_at_once_without_their_tracebacks(tmp_path):
     """Ctrl-C reaches the whole process group: the driver reports it, the busy workers stop at
     once (not after their node) and neither they nor the idle one (its node done) print a

@@ -93,6 +93,7 @@ def test_lr_schedule():
     assert lr_factor(2, 10, 2) == 1.0 and lr_factor(6, 10, 2) == 0.5 and lr_factor(10, 10, 2) == 0.0
 
 
+@pytest.mark.slow  # over 5 s on 2 busy cores: trains until the toy pairs are learnt
 def test_gold_training_learns_toy_pairs():
     model, _, enc = _setup("encoder", n=48)
     cfg = TrainConfig(lr=3e-3, epochs=6, batch_size=8, seed=0, progress=False)
