@@ -32,13 +32,13 @@ def kill_first_student_mid_run(kind: str, config: dict, out_dir: str) -> dict:
     makes it happen once, whichever worker runs the retry."""
     import signal
 
-    import anchorviz.experiment as ex
+    import anchorviz.pipeline.steps as steps  # where the pipeline calls train_reward_model
     from anchorviz.runner import execute_node
 
     marker = Path(out_dir) / "killed-once.txt"
     if kind != "student" or config["method"]["name"] != "naive" or marker.exists():
         return execute_node(kind, config, out_dir)
-    real = ex.train_reward_model
+    real = steps.train_reward_model
 
     def die(*args, **kwargs):
         marker.write_text(json.dumps({"pid": os.getpid(), "seed": config["seed"],
@@ -46,11 +46,11 @@ def kill_first_student_mid_run(kind: str, config: dict, out_dir: str) -> dict:
                                       "lam": config["method"]["anchor_lambda"]}))
         os.kill(os.getpid(), signal.SIGKILL)
 
-    ex.train_reward_model = die
+    steps.train_reward_model = die
     try:
         return execute_node(kind, config, out_dir)
     finally:
-        ex.train_reward_model = real
+        steps.train_reward_model = real
 
 
 def sleep_long(kind: str, config: dict, out_dir: str) -> dict:
