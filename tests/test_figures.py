@@ -151,6 +151,7 @@ def test_report_figures_pdf_single_column(sweep, capsys):
         assert _pdf_width_pt(pdf) == pytest.approx(3.5 * 72, abs=1.0)
 
 
+@pytest.mark.slow  # Kaleido starts Chromium for each of 3 figures (4 s; under load it can time out)
 @needs_exporter
 def test_exported_files_open_at_the_requested_size(sweep, tmp_path):
     figs = [plots.accuracy_figure(sweep), plots.loss_curve_figure(sweep),
