@@ -39,6 +39,9 @@ from pathlib import Path
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import common  # noqa: E402
+
 REPO = Path(__file__).resolve().parent.parent
 CKAPKG = Path(os.environ.get("ANCHORVIZ_CKAPKG", "/tmp/ckapkg"))
 
@@ -51,15 +54,6 @@ CKAPKG = Path(os.environ.get("ANCHORVIZ_CKAPKG", "/tmp/ckapkg"))
 def _rss() -> int:
     with open("/proc/self/statm") as fh:
         return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-
-
-def _reset_hwm() -> bool:
-    try:
-        with open("/proc/self/clear_refs", "w") as fh:
-            fh.write("5")
-        return True
-    except OSError:
-        return False
 
 
 def _hwm() -> int:
@@ -122,7 +116,7 @@ def worker(args: argparse.Namespace) -> None:
     for layer in range(args.layers):
         x, y = _layer_data(args.n, args.d, layer, args.seed)
         before = _rss()
-        hwm_ok = _reset_hwm()
+        hwm_ok = common.reset_peak_rss()
         if use_tracemalloc:
             tracemalloc.start()
         t0 = time.perf_counter()

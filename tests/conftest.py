@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 import torch
@@ -187,3 +188,17 @@ def tiny_model_and_pairs(n: int = 8):
     tok = word_tokenizer("encoder")
     model = RewardModel(tiny_backbone("encoder", vocab_size=len(tok), layers=2))
     return model, encode_pairs(tok, toy_pairs(n), max_length=16)
+
+
+def related_states(n: int = 20, d: int = 5, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Two related state matrices (Y a noisy linear map of X), for the bad-input tables."""
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(n, d))
+    return x, x @ rng.normal(size=(d, d)) + 0.1 * rng.normal(size=(n, d))
+
+
+def with_value(x: np.ndarray, value: float) -> np.ndarray:
+    """A copy of ``x`` with one entry (row 3, column 1) set to ``value`` (NaN, inf ...)."""
+    y = x.copy()
+    y[3, 1] = value
+    return y

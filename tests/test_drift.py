@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from conftest import related_states, with_value
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from scipy.stats import ortho_group
@@ -384,25 +385,13 @@ def test_ood_risk_estimator_unreliable_on_random_data():
 # --------------------------------------------------------------------------- drift: bad input
 
 
-def _xy(n: int = 20, d: int = 5, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    rng = np.random.default_rng(seed)
-    x = rng.normal(size=(n, d))
-    return x, x @ rng.normal(size=(d, d)) + 0.1 * rng.normal(size=(n, d))
-
-
-def _with(x: np.ndarray, value: float) -> np.ndarray:
-    y = x.copy()
-    y[3, 1] = value
-    return y
-
-
-X, Y = _xy()
+X, Y = related_states()
 
 DRIFT_CASES = [
-    ("cka +inf", lambda: linear_cka(_with(X, np.inf), Y), r"X contains NaN or inf"),
-    ("cka -inf in Y", lambda: linear_cka(X, _with(Y, -np.inf), split="t"),
+    ("cka +inf", lambda: linear_cka(with_value(X, np.inf), Y), r"X contains NaN or inf"),
+    ("cka -inf in Y", lambda: linear_cka(X, with_value(Y, -np.inf), split="t"),
      r"Y contains NaN or inf \(split 't'\)"),
-    ("cka torch NaN", lambda: linear_cka(torch.tensor(_with(X, np.nan)), torch.tensor(Y)),
+    ("cka torch NaN", lambda: linear_cka(torch.tensor(with_value(X, np.nan)), torch.tensor(Y)),
      "X contains NaN or inf"),
     ("cka strings", lambda: linear_cka(np.array([["a"] * 3] * 4), Y[:4]), "real-valued array"),
     ("cka objects", lambda: linear_cka(np.array([[1, None]] * 4, dtype=object), Y[:4, :2]),
@@ -414,15 +403,15 @@ DRIFT_CASES = [
     ("cka huge", lambda: linear_cka(X * 1e200, Y), r"(could not be computed accurately|constant)"),
     ("cka huge debiased", lambda: linear_cka(X * 1e200, Y, debiased=True),
      r"(could not be computed accurately|not positive|constant)"),
-    ("streaming inf", lambda: StreamingCKA(layer=4).update(_with(X, np.inf), Y),
+    ("streaming inf", lambda: StreamingCKA(layer=4).update(with_value(X, np.inf), Y),
      r"X contains NaN or inf \(layer 4\)"),
-    ("cosine nan", lambda: cosine_drift(_with(X, np.nan), Y, layer=2),
+    ("cosine nan", lambda: cosine_drift(with_value(X, np.nan), Y, layer=2),
      r"student contains NaN or inf \(layer 2\)"),
-    ("cosine inf ref", lambda: cosine_drift(X, _with(Y, np.inf)), r"reference contains NaN or inf"),
+    ("cosine inf ref", lambda: cosine_drift(X, with_value(Y, np.inf)), r"reference contains NaN or inf"),
     ("cosine rows", lambda: cosine_drift(X, Y[:5]), r"must align row by row, got 20 and 5 rows"),
-    ("table inf", lambda: drift_table({"tgt": {2: X}}, {"tgt": {2: _with(Y, np.inf)}}),
+    ("table inf", lambda: drift_table({"tgt": {2: X}}, {"tgt": {2: with_value(Y, np.inf)}}),
      r"reference contains NaN or inf \(layer 2, split 'tgt'\)"),
-    ("table nan student", lambda: drift_table({"src": {0: _with(X, np.nan)}}, {"src": {0: Y}}),
+    ("table nan student", lambda: drift_table({"src": {0: with_value(X, np.nan)}}, {"src": {0: Y}}),
      r"student contains NaN or inf \(layer 0, split 'src'\)"),
 ]
 

@@ -8,6 +8,7 @@ import os
 import numpy as np
 import pytest
 import torch
+from conftest import related_states, with_value
 
 from anchorviz import projection
 from anchorviz.projection import SharedProjection
@@ -161,26 +162,14 @@ def test_a_projection_leaves_torchs_thread_count_alone():
 # --------------------------------------------------------------------------- projection: bad input
 
 
-def _xy(n: int = 20, d: int = 5, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    rng = np.random.default_rng(seed)
-    x = rng.normal(size=(n, d))
-    return x, x @ rng.normal(size=(d, d)) + 0.1 * rng.normal(size=(n, d))
-
-
-def _with(x: np.ndarray, value: float) -> np.ndarray:
-    y = x.copy()
-    y[3, 1] = value
-    return y
-
-
-X, Y = _xy()
+X, Y = related_states()
 
 PROJECTION_CASES = [
-    ("fit nan", lambda: SharedProjection(method="pca").fit(_with(X, np.nan)),
+    ("fit nan", lambda: SharedProjection(method="pca").fit(with_value(X, np.nan)),
      r"fit\(X_reference\): 1 row\(s\) contain NaN or inf"),
-    ("fit inf", lambda: SharedProjection(method="pca").fit(_with(X, np.inf)), "contain NaN or inf"),
+    ("fit inf", lambda: SharedProjection(method="pca").fit(with_value(X, np.inf)), "contain NaN or inf"),
     ("fit overflow", lambda: SharedProjection(method="pca").fit(X * 1e300), "contain NaN or inf"),
-    ("fit torch nan", lambda: SharedProjection(method="pca").fit(torch.tensor(_with(X, np.nan))),
+    ("fit torch nan", lambda: SharedProjection(method="pca").fit(torch.tensor(with_value(X, np.nan))),
      "contain NaN or inf"),
     ("fit empty", lambda: SharedProjection(method="pca").fit(np.zeros((0, 4))),
      r"expected a non-empty array, got shape \(0, 4\)"),
@@ -193,7 +182,7 @@ PROJECTION_CASES = [
      "n_components must be a positive integer"),
     ("one neighbour", lambda: SharedProjection(n_neighbors=1).fit(X), "n_neighbors must be at least 2"),
     ("negative min_dist", lambda: SharedProjection(min_dist=-1.0).fit(X), "min_dist must be >= 0"),
-    ("transform nan", lambda: SharedProjection(method="pca").fit(X).transform(_with(X, np.nan)),
+    ("transform nan", lambda: SharedProjection(method="pca").fit(X).transform(with_value(X, np.nan)),
      r"transform\(X\): 1 row\(s\) contain NaN or inf"),
     ("transform width", lambda: SharedProjection(method="pca").fit(X).transform(X[:, :3]),
      r"expected 5 features \(as in fit\), got 3"),
