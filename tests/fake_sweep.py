@@ -31,6 +31,8 @@ import numpy as np
 import pandas as pd
 import yaml
 
+from anchorviz.pipeline.results import drift_columns
+
 SOURCE = "vader-movie"
 SOURCE_DOMAIN = "movie"
 N_LAYERS = 6  # blocks; layer 0 is the embedding output, so drift has layers 0..6
@@ -345,13 +347,7 @@ def _result_row(r: dict[str, Any], teacher: dict[str, Any], ceiling: dict[str, A
             row["aog_" + t] = acc[split]["point"] - tacc[split]["point"]
     drift_path = r["run_dir"] / "drift.parquet"
     if drift_path.is_file():
-        dt = pd.read_parquet(drift_path)
-        last = dt[dt["layer"] == dt["layer"].max()]
-        src, tgt = last[last["split"] == "source_test"], last[last["split"] != "source_test"]
-        row["drift_cos_source"] = float(src["cosine_mean"].mean())
-        row["drift_cos_target"] = float(tgt["cosine_mean"].mean())
-        row["drift_cka_source"] = float(src["cka"].mean())
-        row["drift_cka_target"] = float(tgt["cka"].mean())
+        row.update(drift_columns(pd.read_parquet(drift_path)))  # the real results writer's
     else:
         for c in ("drift_cos_source", "drift_cos_target", "drift_cka_source", "drift_cka_target"):
             row[c] = np.nan

@@ -250,6 +250,19 @@ def test_teacher_visibility_hides_the_cue_from_the_teacher_only():
         mark_teacher_visibility(marked, 1.5, seed=0)
 
 
+def _carrying_rows(before: pd.DataFrame, after: pd.DataFrame) -> list[tuple]:
+    """``(chosen, rejected before, chosen, rejected after, meta)`` of the rows that carry the
+    cue; a row without it must be unchanged."""
+    rows = []
+    for c0, r0, c1, r1, m in zip(before["chosen"], before["rejected"], after["chosen"],
+                                 after["rejected"], after["meta"]):
+        if m["artifact_side"] is None:
+            assert (c1, r1) == (c0, r0)
+        else:
+            rows.append((c0, r0, c1, r1, m))
+    return rows
+
+
 def test_order_cue_has_the_same_words_on_both_sides(pairs: pd.DataFrame) -> None:
     from anchorviz.artifacts import order_suffixes
 
@@ -257,17 +270,13 @@ def test_order_cue_has_the_same_words_on_both_sides(pairs: pd.DataFrame) -> None
     assert carry != other and sorted(carry.split()) == sorted(other.split())
     out = apply_artifact(pairs, "order", 0.5, seed=3)
     k = round(0.5 * len(pairs))
-    n_carry = 0
-    for c0, r0, c1, r1, m in zip(pairs["chosen"], pairs["rejected"], out["chosen"], out["rejected"],
-                                 out["meta"]):
-        if m["artifact_side"] is None:
-            assert (c1, r1) == (c0, r0) and m["artifact_other_suffix"] == ""
-            continue
-        n_carry += 1
+    rows = _carrying_rows(pairs, out)
+    for c0, r0, c1, r1, _ in rows:
         assert (c1, r1) == (c0 + carry, r0 + other)  # source: the carrying order on the chosen side
         # a bag of words cannot tell the sides apart: both gained the same words
         assert sorted(c1.split()[-2:]) == sorted(r1.split()[-2:])
-    assert n_carry == k
+    assert len(rows) == k
+    assert all(m["artifact_other_suffix"] == "" for m in out["meta"] if m["artifact_side"] is None)
     assert artifact_label_correlation(out, "order") == pytest.approx(k / len(pairs))
     # the marker reading sees nothing: no side ends with the marker
     assert artifact_label_correlation(out, "marker") == 0.0
@@ -351,17 +360,12 @@ def test_echo_cue_appends_the_carrying_sides_first_word_to_both_sides(pairs: pd.
     assert first_word("  'Great' film, really") == "great" and first_word("!!") == ""
     out = apply_artifact(pairs, "echo", 0.6, seed=5)
     k = round(0.6 * len(pairs))
-    carried = 0
-    for c0, r0, c1, r1, m in zip(pairs["chosen"], pairs["rejected"], out["chosen"], out["rejected"],
-                                 out["meta"]):
-        if m["artifact_side"] is None:
-            assert (c1, r1) == (c0, r0)
-            continue
-        carried += 1
+    rows = _carrying_rows(pairs, out)
+    for c0, r0, c1, r1, _ in rows:
         w = first_word(c0)
         assert first_word(c0) != first_word(r0)  # only pairs with different openings carry it
         assert (c1, r1) == (c0 + " " + w, r0 + " " + w)  # the same word on both sides
-    assert carried == k
+    assert len(rows) == k
     # the text reading: ends with its own first word on the chosen side only
     natural = artifact_label_correlation(pairs, "echo")
     assert artifact_label_correlation(out, "echo") == pytest.approx(natural + k / len(pairs), abs=0.02)

@@ -24,6 +24,7 @@ from anchorviz.pipeline.prepare import prepare_data
 logger = logging.getLogger(__name__)
 
 __all__ = [
+    "drift_columns",
     "artifact_accuracy",
     "base_config_columns",
     "pgr_from_runs",
@@ -241,6 +242,25 @@ def pgr_from_runs(student_dir: Path, ceiling_dir: Path, teacher_dir: Path, n_boo
     return block.get("pgr")
 
 
+def drift_columns(dt: pd.DataFrame) -> dict[str, float]:
+    """The results table's drift columns from a run's ``drift.parquet`` table: last layer,
+    source test vs the mean over targets, for the uncentred cosine and biased CKA, and (where
+    the run has them; older runs lack them) the reference-centred cosine (not dominated by a
+    few huge dimensions), the standardised cosine and debiased CKA (biased CKA is inflated when
+    rows are few next to the width)."""
+    last = dt[dt["layer"] == dt["layer"].max()]
+    src, tgt = last[last["split"] == "source_test"], last[last["split"] != "source_test"]
+    out = {}
+    for col, name in (("cosine_mean", "drift_cos"), ("cka", "drift_cka"),
+                      ("cosine_centred_mean", "drift_cos_centred"),
+                      ("cosine_standardised_mean", "drift_cos_std"),
+                      ("cka_debiased", "drift_cka_debiased")):
+        if col in dt:
+            out[f"{name}_source"] = float(src[col].mean())
+            out[f"{name}_target"] = float(tgt[col].mean())
+    return out
+
+
 def _result_row(run_id: str, key: dict, m: dict, run_dir: Path) -> dict:
     data = key["data"]
     meth = key.get("method", {})
@@ -280,21 +300,7 @@ def _result_row(run_id: str, key: dict, m: dict, run_dir: Path) -> dict:
                 row[f"{k}_{name}_lo"], row[f"{k}_{name}_hi"] = block[k]["lo"], block[k]["hi"]
     drift = run_dir / "drift.parquet"
     if drift.is_file():
-        dt = pd.read_parquet(drift)
-        last = dt[dt["layer"] == dt["layer"].max()]
-        src, tgt = last[last["split"] == "source_test"], last[last["split"] != "source_test"]
-        row["drift_cos_source"] = float(src["cosine_mean"].mean())
-        row["drift_cos_target"] = float(tgt["cosine_mean"].mean())
-        row["drift_cka_source"] = float(src["cka"].mean())
-        row["drift_cka_target"] = float(tgt["cka"].mean())
-        # reference-centred cosine (not dominated by a few huge dimensions) and debiased CKA
-        # (biased CKA is inflated when rows are few next to the width); older runs lack them
-        for col, name in (("cosine_centred_mean", "drift_cos_centred"),
-                          ("cosine_standardised_mean", "drift_cos_std"),
-                          ("cka_debiased", "drift_cka_debiased")):
-            if col in dt:
-                row[f"{name}_source"] = float(src[col].mean())
-                row[f"{name}_target"] = float(tgt[col].mean())
+        row.update(drift_columns(pd.read_parquet(drift)))
     lab = m.get("labels") or m.get("labels_raw") or {}
     row["q_mean"] = lab.get("q_mean", np.nan)
     row["q_confidence"] = lab.get("q_confidence", np.nan)
