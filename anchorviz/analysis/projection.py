@@ -61,19 +61,13 @@ def _torch_threads_kept():
     gave other float sums than a worker (drift differing in the 4th decimal). Numba is kept to
     torch's count while inside, and torch's count is put back after."""
     torch = sys.modules.get("torch")
+    numba = sys.modules.get("numba")  # imported by the umap import that chose the method
     before = torch.get_num_threads() if torch is not None else None
-    numba = sys.modules.get("numba")
-    numba_before = numba.get_num_threads() if numba is not None else None
     if numba is not None and before is not None:
         numba.set_num_threads(max(1, min(before, numba.config.NUMBA_NUM_THREADS)))
     try:
         yield
     finally:
-        numba = sys.modules.get("numba")
-        if numba is not None and before is not None:
-            numba.set_num_threads(max(1, min(before, numba.config.NUMBA_NUM_THREADS)))
-        elif numba is not None and numba_before is not None:
-            numba.set_num_threads(numba_before)
         if torch is not None and torch.get_num_threads() != before:
             torch.set_num_threads(before)
 
