@@ -136,6 +136,23 @@ def test_artifact_accuracy_splits_id_by_the_planted_marker(tmp_path):
     assert whole == pytest.approx(m["accuracy"]["source_test"]["point"])
     row = pd.read_parquet(out / "results.parquet").query("kind == 'student'").iloc[0]
     assert row["acc_id_marked"] == pytest.approx(split["marked"][0])
+    # the split is read from the scores, not rebuilt: it gives the same groups without the data
+    scores = pd.read_parquet(student / "scores.parquet")
+    src = scores[scores["split"] == "source_test"]
+    assert src["artifact_side"].notna().sum() == 10
+    assert set(src["artifact_side"].dropna()) == {"chosen"}
+    assert src["artifact_seen"].dropna().all()  # visibility 1: the teacher saw every marker
+    from anchorviz.pipeline import results as results_mod
+
+    def no_data(*a, **k):
+        raise AssertionError("artifact_accuracy rebuilt the data")
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(results_mod, "prepare_data", no_data)
+        assert ex.artifact_accuracy(student) == split
+    # a run stored before the columns existed: its split is rebuilt, with the same result
+    scores.drop(columns=["artifact_side", "artifact_seen"]).to_parquet(student / "scores.parquet")
+    assert ex.artifact_accuracy(student) == split
     # without an artefact there is nothing to split
     plain = tiny_config(tmp_path / "plain")
     plain.ceiling = False
@@ -143,10 +160,11 @@ def test_artifact_accuracy_splits_id_by_the_planted_marker(tmp_path):
 
 
 def test_split_per_seed_draws_a_new_split_for_each_seed(tmp_path):
-    cfg = tiny_config(tmp_path)
+    assert ex.RunConfig().data.split_per_seed  # the default: seeds vary the split
+    cfg = tiny_config(tmp_path, **{"data.split_per_seed": False})
     same = [ex.prepare_data(ex.data_config(ex.with_overrides(cfg, seed=s)))["w2s_train"]
             for s in (0, 1)]
-    assert list(same[0]["pair_id"]) == list(same[1]["pair_id"])  # default: one split
+    assert list(same[0]["pair_id"]) == list(same[1]["pair_id"])  # off: one split
     vary = ex.with_overrides(cfg, **{"data.split_per_seed": True})
     per_seed = [ex.prepare_data(ex.data_config(ex.with_overrides(vary, seed=s)))["w2s_train"]
                 for s in (0, 1)]

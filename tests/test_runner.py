@@ -21,6 +21,7 @@ def _sweep(tmp_path, seeds=(0, 1)) -> SweepConfig:
 
 def test_graph_shares_teachers_and_references_and_orders_dependencies(tmp_path):
     sw = _sweep(tmp_path)
+    sw.base.data.split_per_seed = False  # (the default is True)
     nodes = build_graph(expand_sweep(sw))
     kinds = [n.kind for n in nodes]
     # per seed: one teacher, one ceiling, three students; one reference capture for both seeds

@@ -1,19 +1,25 @@
 """The demo scenario that ``anchorviz demo`` runs: its banner texts, its scenarios and its sweep.
 
 VADER sentiment pairs, source movie reviews, targets Amazon / NYT / tweets, a source-only marker
-planted in the chosen texts; `demo_sweep` builds the `SweepConfig` (teacher, ceiling, naive and
-ANCHOR at a small lambda grid) with the settings tuned on source validation. The notebooks, the
-bench scripts and the tests build the same sweep (also importable as ``anchorviz.cli.demo_sweep``).
+planted in the chosen texts. Its settings live in one file shipped with the package,
+``anchorviz/configs/demo.yaml`` (`demo_file`; a sweep file that ``anchorviz sweep`` also runs);
+`demo_sweep` reads it into the `SweepConfig` (teacher, ceiling, naive and ANCHOR at a small lambda
+grid). The notebooks, the experiment scripts and the tests build the same sweep (also importable
+as ``anchorviz.cli.demo_sweep``).
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 __all__ = [
     "DEFAULT_SCENARIO",
     "DEMO_NOTE",
     "HIDDEN_NOTE",
     "SCENARIOS",
+    "demo_file",
     "demo_note",
+    "demo_settings",
     "demo_sweep",
 ]
 
@@ -48,30 +54,44 @@ def demo_note(strength: float, mode: str, visibility: float) -> str:
     return note
 
 
+def demo_file(quick: bool = False) -> Path:
+    """The YAML file that holds the demo's settings (``demo.yaml``, shipped inside the package),
+    or the smoke-size settings that ``--quick`` lays over it (``demo-quick.yaml``)."""
+    return Path(__file__).resolve().parent.parent / "configs" / (
+        "demo-quick.yaml" if quick else "demo.yaml")
+
+
+def _merged(base: dict, over: dict) -> dict:
+    """``base`` with ``over`` laid on it, mapping by mapping (a value that is not a mapping
+    replaces the one below it)."""
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = _merged(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def demo_settings(quick: bool = False) -> dict:
+    """The demo's sweep file as a mapping (``base`` and ``grid``): `demo_file`, with
+    ``demo-quick.yaml`` laid over it when ``quick``."""
+    from anchorviz.pipeline.store import read_yaml
+
+    settings = read_yaml(demo_file())
+    return _merged(settings, read_yaml(demo_file(quick=True))) if quick else settings
+
+
 def demo_sweep(strength: float = 0.8, seeds: tuple[int, ...] = (0,), quick: bool = False,
                scenario: str = DEFAULT_SCENARIO, visibility: float | None = None):
-    """The demo: teacher, ceiling, naive and ANCHOR at a small lambda grid, in one of the
-    `SCENARIOS` (``visibility`` overrides the scenario's teacher visibility of the marker)."""
-    from anchorviz.config import ConfigError, RunConfig, SweepConfig  # torch: only when used
+    """The demo (`demo_settings`): teacher, ceiling, naive and ANCHOR at a small lambda grid, in
+    one of the `SCENARIOS` (``visibility`` overrides the scenario's teacher visibility of the
+    marker; ``strength`` the fraction of marked source pairs)."""
+    from anchorviz.config import ConfigError, sweep_from_dict  # torch: only when used
 
     if scenario not in SCENARIOS:
         raise ConfigError(f"--scenario must be one of {sorted(SCENARIOS)}, got {scenario!r}")
-    base = RunConfig()
-    d = base.data
-    d.artifact_kind, d.artifact_strength, d.artifact_target_mode = "marker", strength, "absent"
-    d.artifact_teacher_visibility = SCENARIOS[scenario] if visibility is None else float(visibility)
-    d.max_length = 48
-    d.split_per_seed = True  # each seed draws its own split as well as its own training order
-    if quick:  # a smoke-sized demo for CI and first looks (~1-2 minutes)
-        d.teacher_train, d.w2s_train, d.val, d.source_test, d.target_test = 200, 300, 60, 150, 150
-        base.capture.projection = "pca"
-    else:
-        d.teacher_train, d.w2s_train, d.val, d.source_test, d.target_test = 500, 500, 150, 300, 300
-    # chosen on SOURCE validation (docs/RESULTS.md, "Hyper-parameters"): the zero-initialised
-    # head needs a larger lr than the backbone, or the soft BT loss barely moves and the
-    # teacher's labels stay near q = 0.5
-    for tc in (base.teacher_train, base.student_train):
-        tc.lr, tc.head_lr, tc.epochs, tc.batch_size = 5e-5, 2e-3, 2, 16
-    return SweepConfig(base=base, methods=["naive", "anchor"],
-                       anchor_lambdas=[1.0, 10.0] if not quick else [1.0],
-                       anchor_layers=["last"], seeds=list(seeds))
+    settings = demo_settings(quick)
+    data = settings["base"]["data"]
+    data["artifact_strength"] = float(strength)
+    data["artifact_teacher_visibility"] = (SCENARIOS[scenario] if visibility is None
+                                           else float(visibility))
+    settings["grid"]["seeds"] = [int(s) for s in seeds]
+    return sweep_from_dict(settings, str(demo_file(quick)))

@@ -196,9 +196,11 @@ def artifact_accuracy(run_dir: str | Path) -> dict[str, tuple[float, int]]:
     """ID (``source_test``) accuracy of a finished run split by whether the pair carries the
     planted artefact: ``{"marked": (acc, n), "clean": (acc, n)}``; ``{}`` without an artefact.
 
-    A pure function of the run folder (its ``config.yaml`` rebuilds the split deterministically,
-    ``scores.parquet`` holds the rewards). ``clean`` accuracy is the skill the targets can use;
-    a model whose ID accuracy rests on the shortcut is high on ``marked`` and low on ``clean``."""
+    A pure function of the run folder: ``scores.parquet`` holds the rewards and, for runs made
+    since 2026-12-04, each pair's artefact side and whether the teacher saw it (`artifact_columns`);
+    for older runs ``config.yaml`` rebuilds the split deterministically. ``clean`` accuracy is
+    the skill the targets can use; a model whose ID accuracy rests on the shortcut is high on
+    ``marked`` and low on ``clean``."""
     from anchorviz.analysis.metrics import accuracy_by_group, per_pair_correct
     from anchorviz.pipeline.store import read_yaml
 
@@ -206,15 +208,22 @@ def artifact_accuracy(run_dir: str | Path) -> dict[str, tuple[float, int]]:
     data = dict(read_yaml(run_dir / "config.yaml")["data"])
     if data.get("artifact_kind", "none") == "none" or not data.get("artifact_strength"):
         return {}
-    if data.pop("split_protocol", None) != SPLIT_PROTOCOL:
-        logger.warning("%s was made with an older split protocol: its marked / clean split "
-                       "cannot be rebuilt", run_dir)
-        return {}
-    src = prepare_data(DataConfig(**data))["source_test"]
-    side = {pid: (m or {}).get("artifact_side") for pid, m in zip(src["pair_id"], src["meta"])}
-    seen = {pid: (m or {}).get("artifact_teacher_visible") for pid, m in zip(src["pair_id"], src["meta"])}
     scores = pd.read_parquet(run_dir / "scores.parquet")
     scores = scores[scores["split"] == "source_test"]
+    if "artifact_side" in scores:
+        side = {p: (v if isinstance(v, str) else None)  # a missing side reads back as None / NaN
+                for p, v in zip(scores["pair_id"], scores["artifact_side"])}
+        seen = {p: (None if pd.isna(v) else bool(v))
+                for p, v in zip(scores["pair_id"], scores["artifact_seen"])}
+    else:  # a run stored before the columns existed: rebuild its split
+        if data.pop("split_protocol", None) != SPLIT_PROTOCOL:
+            logger.warning("%s was made with an older split protocol: its marked / clean split "
+                           "cannot be rebuilt", run_dir)
+            return {}
+        src = prepare_data(DataConfig(**data))["source_test"]
+        side = {pid: (m or {}).get("artifact_side") for pid, m in zip(src["pair_id"], src["meta"])}
+        seen = {pid: (m or {}).get("artifact_teacher_visible")
+                for pid, m in zip(src["pair_id"], src["meta"])}
     correct = per_pair_correct(scores["r_chosen"].to_numpy(), scores["r_rejected"].to_numpy())
     groups = ["marked" if side.get(p) else "clean" for p in scores["pair_id"]]
     out = accuracy_by_group(correct, groups)

@@ -49,6 +49,7 @@ from anchorviz.training.loop import Objective, TrainConfig, score_pairs, train_r
 logger = logging.getLogger(__name__)
 
 __all__ = [
+    "artifact_columns",
     "RunResult",
     "anchor_reference",
     "ensure_reference_capture",
@@ -109,11 +110,26 @@ def evaluate_model(model, tok, data, cfg: RunConfig, capture: bool):
             caps[split] = cap
         else:
             rc, rr = score_pairs(model, enc, batch_size=cfg.capture.batch_size, device=dev)
-        rows.append(pd.DataFrame({"split": split, "domain": split_domain(split, data),
-                                  "pair_id": enc.pair_ids, "r_chosen": rc, "r_rejected": rr,
-                                  "group": _bootstrap_groups(data[split], enc.pair_ids, split,
-                                                             cfg.data.group_key)}))
+        frame = pd.DataFrame({"split": split, "domain": split_domain(split, data),
+                              "pair_id": enc.pair_ids, "r_chosen": rc, "r_rejected": rr,
+                              "group": _bootstrap_groups(data[split], enc.pair_ids, split,
+                                                         cfg.data.group_key)})
+        if cfg.data.artifact_kind != "none":
+            frame = frame.assign(**artifact_columns(data[split], enc.pair_ids))
+        rows.append(frame)
     return pd.concat(rows, ignore_index=True), caps
+
+
+def artifact_columns(df: pd.DataFrame, pair_ids: list) -> dict[str, list]:
+    """Per scored pair, from the split's ``meta``: ``artifact_side`` (the side carrying the planted
+    artefact, "chosen" / "rejected", or None) and ``artifact_seen`` (whether the teacher's copy
+    carried it: True / False, None without an artefact). Stored in ``scores.parquet`` so that
+    reading a run's marked / clean accuracy never rebuilds its data."""
+    meta = dict(zip(df["pair_id"], df["meta"])) if "meta" in df else {}
+    side = [(meta.get(p) or {}).get("artifact_side") for p in pair_ids]
+    seen = [(meta.get(p) or {}).get("artifact_teacher_visible") if s else None
+            for p, s in zip(pair_ids, side)]
+    return {"artifact_side": side, "artifact_seen": pd.array(seen, dtype="boolean")}
 
 
 _PROJECTORS: dict[str, Any] = {}
