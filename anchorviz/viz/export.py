@@ -1,0 +1,347 @@
+"""Writing figures to files: for the screen, the web or a paper.
+
+- paper style: :func:`paper_style` (no title, a column's width in inches, print font sizes,
+  vector traces) and :func:`export_paper_figures` (PDF / SVG / PNG at their physical size);
+  :func:`figure_caption` gives the title as caption text.
+- export: :func:`export_figure` -- ``.html`` (self-contained, works offline) or static images,
+  with long titles wrapped (:func:`wrap_title`) and an HTML fallback without a browser.
+
+Static images need kaleido and a Chrome / Chromium browser; :class:`ExportError` says how to
+get one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import plotly.graph_objects as go
+import plotly.io as pio
+
+from anchorviz.viz._common import TEMPLATE, PathLike, logger
+
+__all__ = [
+    "CSS_DPI",
+    "ExportError",
+    "PAPER_WIDTHS",
+    "export_figure",
+    "export_paper_figures",
+    "figure_caption",
+    "paper_style",
+    "paper_width_inches",
+    "wrap_title",
+]
+
+_IMAGE_SUFFIXES = (".png", ".svg", ".pdf", ".jpg", ".jpeg", ".webp")
+_HTML_SUFFIXES = (".html", ".htm")
+
+
+class ExportError(RuntimeError):
+    """A figure could not be written in the requested format (the message says why and how)."""
+
+
+# --------------------------------------------------------------------------- paper style
+
+#: column widths of a two-column paper, in inches (ACL / NeurIPS / IEEE are 3.3-3.5 single,
+#: 6.9-7.2 double)
+PAPER_WIDTHS: dict[str, float] = {"single": 3.5, "double": 7.2}
+#: CSS pixels per inch: plotly lays figures out in CSS px, kaleido writes PDF / SVG at 96 px/in
+CSS_DPI = 96
+_PAPER_FONT = "Arial, Helvetica, 'Liberation Sans', 'DejaVu Sans', sans-serif"
+
+
+def _pt(points: float) -> float:
+    """A font size in printed points as CSS px (what plotly takes)."""
+    return points * CSS_DPI / 72
+
+
+def paper_width_inches(width: str | float) -> float:
+    """``"single"`` (3.5 in), ``"double"`` (7.2 in) or a number of inches."""
+    if isinstance(width, str):
+        if width not in PAPER_WIDTHS:
+            raise ValueError(f"paper width must be one of {sorted(PAPER_WIDTHS)} or inches, "
+                             f"got {width!r}")
+        return PAPER_WIDTHS[width]
+    w = float(width)
+    if not 1.0 <= w <= 20.0:
+        raise ValueError(f"paper width {w} in is not a plausible figure width (1-20 in)")
+    return w
+
+
+def figure_caption(fig: go.Figure) -> str:
+    """The figure's title and subtitle as plain text (for a caption list or a file name)."""
+    import html as _html
+    import re
+
+    text = fig.layout.title.text or ""
+    text = re.sub(r"<br\s*/?>", " — ", text, count=1)
+    text = re.sub(r"<br\s*/?>", " ", text)
+    return _html.unescape(re.sub(r"<[^>]+>", "", text)).strip(" —")
+
+
+def _legend_entries(fig: go.Figure) -> list[str]:
+    if fig.layout.showlegend is False:
+        return []
+    names, groups = [], set()
+    for tr in fig.data:
+        if tr.showlegend is False or not tr.name:
+            continue
+        key = tr.legendgroup or tr.name
+        if key in groups:
+            continue
+        groups.add(key)
+        names.append(str(tr.name))
+    return names if len(names) > 1 or any(t.showlegend for t in fig.data) else []
+
+
+def _legend_columns(names: Sequence[str], width_px: float, font_px: float) -> int:
+    """How many equal columns a legend of ``names`` can take in ``width_px`` (an upper
+    estimate of each entry: wide fonts, plotly's 40 px symbol and gap)."""
+    longest = 40 + 0.62 * font_px * max((len(n) for n in names), default=0)
+    return max(1, min(4, len(names), int(width_px // longest)))
+
+
+def _wrap_html(text: str, width_px: float, font_px: float) -> str:
+    """Wrap a plotly label (lines split by ``<br>``, a line may be one ``<sup>...</sup>``) to
+    ``width_px``; lines with other markup are kept whole."""
+    import re
+
+    out = []
+    for part in re.split(r"<br\s*/?>", text):
+        sup = re.fullmatch(r"\s*<sup>(.*)</sup>\s*", part, flags=re.S)
+        inner = sup.group(1) if sup else part
+        f = font_px * (0.7 if sup else 1.0)
+        if len(inner) * 0.56 * f <= width_px or "<" in inner:
+            out.append(part)
+            continue
+        for line in _wrap_line(inner, max(12, int(width_px / (0.56 * f)))):
+            out.append(f"<sup>{line}</sup>" if sup else line)
+    return "<br>".join(out)
+
+
+def _axis_domains(layout: go.Layout, prefix: str) -> dict[str, tuple[float, float]]:
+    return {k: tuple(layout[k].domain) for k in layout
+            if k.startswith(prefix) and layout[k].domain is not None}
+
+
+def paper_style(fig: go.Figure, width: str | float = "single", *, aspect: float | None = None,
+                font_pt: float = 8.0) -> go.Figure:
+    """A copy of ``fig`` styled for a paper: returns the figure to export at ``width``.
+
+    No in-figure title (:func:`figure_caption` gives it as text for the caption; it is kept in
+    ``layout.meta["caption"]``), white background, Arial/Helvetica at ``font_pt`` points (tick
+    labels 1 pt smaller) once printed at the column width, the Okabe-Ito colours of these
+    figures, WebGL scatter traces drawn as vector scatter, and the legend in horizontal rows
+    above the plot, in a top margin sized for the rows it wraps to, so that no legend entry
+    is cut and none overlaps the axis titles. ``width``: ``"single"`` (3.5 in), ``"double"``
+    (7.2 in) or inches; the plot area's height is ``aspect`` x its width (default 0.62 for one
+    panel row, 0.9 for two). ``layout.width`` / ``height`` are in CSS px (96 per inch): export
+    with :func:`export_paper_figure` to get the physical size in every format.
+    """
+    inches = paper_width_inches(width)
+    out = go.Figure(fig)
+    caption = figure_caption(fig)
+    font_px, tick_px = _pt(font_pt), _pt(font_pt - 1)
+    width_px = inches * CSS_DPI  # may be fractional (7.2 in = 691.2 px): exact sizes
+    # WebGL traces are rasterised in a PDF / SVG: draw them as vector scatter
+    data = []
+    for tr in out.data:
+        if tr.type == "scattergl":
+            spec = tr.to_plotly_json()
+            spec.pop("type", None)
+            data.append(go.Scatter(**spec))
+        else:
+            data.append(tr)
+    out = go.Figure(data=data, layout=out.layout)
+    # panel rows and columns: the distinct domains of the axes
+    xdoms, ydoms = _axis_domains(out.layout, "xaxis"), _axis_domains(out.layout, "yaxis")
+    n_rows, n_cols = max(1, len(set(ydoms.values()))), max(1, len(set(xdoms.values())))
+    if aspect is None:
+        aspect = 0.62 if n_rows == 1 else 0.95
+    names = _legend_entries(out)
+    left, right = _pt(font_pt) * 4.5, _pt(font_pt) * 1.2
+    plot_w = width_px - left - right
+    cols = _legend_columns(names, plot_w, font_px)
+    legend_rows = -(-len(names) // cols)
+    legend_h = legend_rows * (font_px * 1.45 + 4) + (6 if legend_rows else 0)
+    # subplot titles (and labels of lines at the top) sit above their panel, in the top
+    # margin: wrap them to the panel's width and make room for the lines they take
+    panel_w = plot_w / n_cols * 0.95
+    sub_lines = 0
+    for ann in out.layout.annotations:
+        if not ann.text or not (ann.yref or "").endswith(("paper", "domain")):
+            continue
+        if ann.yanchor == "bottom" or (ann.y or 0) >= 0.99:
+            ann.text = _wrap_html(str(ann.text), panel_w, font_px)
+        if (ann.y or 0) >= 0.99:
+            sub_lines = max(sub_lines, 1 + str(ann.text).count("<br"))
+    # one x title under all panels when they share it, not one per panel run together
+    xtitles = {out.layout[k].title.text for k in xdoms}
+    shared_x = len(xdoms) > 1 and len(xtitles) == 1 and None not in xtitles
+    if shared_x:
+        bottom_dom = min(d[0] for d in ydoms.values()) if ydoms else 0.0
+        for k in xdoms:
+            out.layout[k].title.text = None
+        out.add_annotation(text=xtitles.pop(), xref="paper", yref="paper", x=0.5,
+                           y=bottom_dom, yanchor="top", yshift=-(font_px * 1.6 + 6),
+                           showarrow=False, font={"size": font_px})
+    top = legend_h + sub_lines * font_px * 1.35 + 6
+    bottom = font_px * 4.2
+    plot_h = (width_px - left - right) * aspect
+    height_px = round(plot_h + top + bottom)
+    out.update_layout(
+        title=None, template=TEMPLATE, width=width_px, height=height_px, autosize=False,
+        font={"family": _PAPER_FONT, "size": font_px, "color": "black"},
+        paper_bgcolor="white", plot_bgcolor="white",
+        margin={"l": left, "r": right, "t": top, "b": bottom, "pad": 0, "autoexpand": True},
+        legend={"orientation": "h", "yref": "container", "y": 1.0, "yanchor": "top",
+                "xref": "paper", "x": 0.0, "xanchor": "left", "font": {"size": font_px},
+                "itemwidth": 30, "tracegroupgap": 0, "bgcolor": "rgba(0,0,0,0)",
+                "title": {"text": ""},
+                **({"entrywidth": 0.999 / cols, "entrywidthmode": "fraction"} if cols > 1
+                   else {})},
+        hoverlabel={"font": {"size": font_px}},
+    )
+    out.update_xaxes(automargin=True, tickfont={"size": tick_px}, title_font={"size": font_px},
+                     title_standoff=4, showline=True, linecolor="black", ticks="outside",
+                     ticklen=3, gridcolor="#e5e5e5", zeroline=False)
+    out.update_yaxes(automargin=True, tickfont={"size": tick_px}, title_font={"size": font_px},
+                     title_standoff=4, showline=True, linecolor="black", ticks="outside",
+                     ticklen=3, gridcolor="#e5e5e5", zeroline=False)
+    out.update_annotations(font_size=font_px)
+    out.update_xaxes(dtick=1, selector={"type": "log"})  # decades, not 2 3 4 ... 9 between
+    for tr in out.data:  # thinner markers and lines at print size
+        if tr.type == "scatter" and tr.marker is not None and tr.marker.size is not None:
+            size = tr.marker.size
+            tr.marker.size = (max(3, size * 0.6) if isinstance(size, (int, float))
+                              else [max(3, s * 0.6) for s in size])
+    meta = dict(out.layout.meta) if isinstance(out.layout.meta, dict) else {}
+    meta.update({"caption": caption, "width_in": inches, "font_pt": font_pt})
+    out.layout.meta = meta
+    return out
+
+
+def _fix_svg_size(path: Path, width_in: float, height_in: float) -> None:
+    """Give an SVG its physical size (``width="3.5in"``), keeping its viewBox in CSS px."""
+    import re
+
+    text = path.read_text(encoding="utf-8")
+    head_end = text.index(">")
+    head = text[:head_end]
+    head = re.sub(r'\swidth="[^"]*"', f' width="{width_in:g}in"', head, count=1)
+    head = re.sub(r'\sheight="[^"]*"', f' height="{height_in:.4g}in"', head, count=1)
+    path.write_text(head + text[head_end:], encoding="utf-8")
+
+
+def export_paper_figures(figs: Sequence[go.Figure], paths: Sequence[PathLike], *,
+                         width: str | float = "single", dpi: int = 300,
+                         aspect: float | None = None, font_pt: float = 8.0) -> list[Path]:
+    """Write figures in :func:`paper_style` at their physical size, in one browser session.
+
+    The format is each path's suffix (``.pdf``, ``.svg``, ``.png``): a PDF's page (MediaBox)
+    is the column width in points (3.5 in = 252 pt), an SVG's ``width`` is in inches (its
+    viewBox in CSS px), a PNG is ``inches x dpi`` pixels wide. Needs kaleido and a
+    Chrome / Chromium browser; raises :class:`ExportError` saying how to get one otherwise
+    (no HTML fallback: a paper needs the image).
+    """
+    figs, paths = list(figs), [Path(p).expanduser() for p in paths]
+    if len(figs) != len(paths):
+        raise ValueError(f"{len(figs)} figures but {len(paths)} paths")
+    for p in paths:
+        if p.suffix.lower() not in (".pdf", ".svg", ".png"):
+            raise ValueError(f"paper figures are .pdf, .svg or .png, not {p.name!r}")
+        p.parent.mkdir(parents=True, exist_ok=True)
+    if dpi < 72 or dpi > 1200:
+        raise ValueError(f"dpi must be between 72 and 1200, got {dpi}")
+    styled = [paper_style(f, width, aspect=aspect, font_pt=font_pt) for f in figs]
+    scales = [dpi / CSS_DPI if p.suffix.lower() == ".png" else 1.0 for p in paths]
+    try:
+        pio.write_images(styled, paths, scale=scales, width=[f.layout.width for f in styled],
+                         height=[f.layout.height for f in styled])
+    except Exception as exc:  # kaleido missing, no browser, browser crash ...
+        raise ExportError(f"paper figure export failed ({type(exc).__name__}: {exc}). kaleido "
+                          "needs a Chrome/Chromium browser: install one (Debian: apt-get install "
+                          "chromium) or run plotly_get_chrome") from exc
+    for f, p in zip(styled, paths, strict=True):
+        if p.suffix.lower() == ".svg":
+            _fix_svg_size(p, f.layout.meta["width_in"], f.layout.height / CSS_DPI)
+    return paths
+
+
+# --------------------------------------------------------------------------- export
+
+
+def _wrap_line(text: str, max_chars: int) -> list[str]:
+    words, lines, cur = text.split(" "), [], ""
+    for w in words:
+        if cur and len(cur) + 1 + len(w) > max_chars:
+            lines.append(cur)
+            cur = w
+        else:
+            cur = f"{cur} {w}" if cur else w
+    return lines + ([cur] if cur else [])
+
+
+def wrap_title(fig: go.Figure, width_px: float) -> go.Figure:
+    """A copy of ``fig`` whose title (main line and ``<sup>`` subtitle) is wrapped to fit
+    ``width_px`` CSS px, with the top margin grown by the added lines (static images cannot
+    reflow a long title: it would be cut at the right edge)."""
+    import re
+
+    text = fig.layout.title.text or ""
+    out = go.Figure(fig)
+    if not text:
+        return out
+    size = (fig.layout.title.font.size if fig.layout.title.font and fig.layout.title.font.size
+            else 17)
+    wrapped = _wrap_html(text, max(100.0, width_px - 30), size)
+    added = len(re.split(r"<br\s*/?>", wrapped)) - len(re.split(r"<br\s*/?>", text))
+    if added > 0:
+        top = fig.layout.margin.t if fig.layout.margin.t is not None else 100
+        out.update_layout(title_text=wrapped,
+                          margin_t=top + added * size * 1.1)
+    return out
+
+
+def export_figure(fig: go.Figure, path: PathLike, *, fallback: bool = True, scale: float = 2.0,
+                  width: int | None = None, height: int | None = None) -> Path:
+    """Write ``fig`` to ``path`` by its suffix; returns the path actually written.
+
+    ``.html`` / ``.htm``: a standalone page with plotly.js inline (opens offline).
+    ``.png`` / ``.svg`` / ``.pdf`` / ``.jpg`` / ``.webp``: a static image through kaleido, which
+    needs a Chrome / Chromium browser (Debian: ``apt-get install chromium``; or
+    ``plotly_get_chrome``). When that fails and ``fallback`` is true, a standalone ``.html``
+    is written next to the requested path instead (a warning says why); with
+    ``fallback=False`` an :class:`ExportError` is raised.
+
+    ``width`` / ``height`` are CSS px (default: the figure's own, else kaleido's 700 x 500);
+    ``scale`` multiplies them for PNG / JPG / WEBP pixels (and, by kaleido, the SVG / PDF page
+    size too). A static image cannot reflow, so a title longer than the image is wide is
+    wrapped onto more lines (and the top margin grown to hold them) instead of being cut.
+    The figure passed in is not changed. For a paper (no title, column width in inches,
+    print font sizes) use :func:`paper_style` / :func:`export_paper_figures`, or
+    ``anchorviz report DIR --figures pdf``.
+    """
+    out = Path(path).expanduser()
+    suffix = out.suffix.lower()
+    if suffix not in _HTML_SUFFIXES + _IMAGE_SUFFIXES:
+        raise ValueError(f"cannot export to {out}: unknown suffix {out.suffix!r}; use one of "
+                         f"{list(_HTML_SUFFIXES + _IMAGE_SUFFIXES)}")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    if suffix in _HTML_SUFFIXES:
+        fig.write_html(out, include_plotlyjs=True, full_html=True)
+        return out
+    try:
+        static = wrap_title(fig, width or fig.layout.width or 700)
+        static.write_image(out, scale=scale, width=width, height=height)
+        return out
+    except Exception as exc:  # kaleido missing, no browser, browser crash ...
+        reason = (f"static export to {out} failed ({type(exc).__name__}: {exc}). kaleido needs "
+                  "a Chrome/Chromium browser: install one (Debian: apt-get install chromium) "
+                  "or run plotly_get_chrome")
+        if not fallback:
+            raise ExportError(reason) from exc
+        html = out.with_suffix(".html")
+        fig.write_html(html, include_plotlyjs=True, full_html=True)
+        logger.warning("%s; wrote a standalone HTML page %s instead", reason, html)
+        return html
