@@ -50,23 +50,6 @@ Every figure module logs as ``anchorviz.viz.plots``, as before.
 
 from __future__ import annotations
 
-# the libraries plots.py imported before the split stay importable from it, as they were
-import functools
-import logging
-import math
-from collections.abc import Mapping, Sequence
-from os import PathLike as OsPathLike
-from pathlib import Path
-from typing import Any
-
-import numpy as np
-import pandas as pd
-import plotly.graph_objects as go
-import plotly.io as pio
-from plotly.colors import sample_colorscale
-from plotly.subplots import make_subplots
-
-from anchorviz.analysis.metrics import seed_summary
 from anchorviz.viz._common import (
     _ANCHOR_SCALES,
     _BOTTOM_LEGEND,
