@@ -271,15 +271,6 @@ def md_table(headers: Sequence[str], rows: Sequence[Sequence]) -> str:
     return "\n".join(lines)
 
 
-def emit(lines: Sequence[str], doc: str | Path | None) -> str:
-    """Print a result's markdown lines and write them to ``doc`` when one is given."""
-    text = "\n".join(lines) + "\n"
-    print(text)
-    if doc:
-        Path(doc).write_text(text)
-    return text
-
-
 def met(ok: bool | None) -> str:
     if ok is None:
         return "not measured"

@@ -8,7 +8,7 @@ model on the same gold labels with the ANCHOR term added (lambda > 0 on the give
 0 is the ceiling itself) and reports accuracy on echo-marked and clean source-test pairs and on
 the targets. It does not write a run store: it is a one-off probe of the mechanism.
 
-    python bench/gold_anchor.py --seeds 0 --lambdas 0 1 10 --doc docs/results_gold_anchor.md
+    python experiments/gold_anchor.py --seeds 0 --lambdas 0 1 10 --doc docs/results_gold_anchor.md
 """
 
 from __future__ import annotations
@@ -110,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
         path = Path(args.doc)
         if not path.exists():
             path.write_text("Gold labels on the echo scenario (lr 1e-4, 4 epochs), with and "
-                            "without ANCHOR (`bench/gold_anchor.py`).\n\n"
+                            "without ANCHOR (`experiments/gold_anchor.py`).\n\n"
                             "| " + " | ".join(cols) + " |\n|" + "---|" * len(cols) + "\n")
         with path.open("a") as f:
             f.write(text)

@@ -5,7 +5,7 @@ steps of the soft Bradley-Terry fit loss, of the unweighted anchor MSE and of la
 then the mean over seeds per (artefact strength, lambda, layers). Reads ``history.parquet`` only;
 trains nothing.
 
-    python bench/anchor_scale.py runs/results_vader
+    python experiments/anchor_scale.py runs/results_vader
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ drift, and 1 - debiased CKA) is paired with the student's AOG on that target (po
   a new domain would; reported: whether the fit was trusted, the mean absolute error of the
   predictions, and how often the prediction interval covers the measured AOG.
 
-    python bench/drift_vs_ood.py runs/vis_0.5 --doc docs/results_drift_vs_ood.md
+    python experiments/drift_vs_ood.py runs/vis_0.5 --doc docs/results_drift_vs_ood.md
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import logging
 import sys
 from pathlib import Path
 
-import common
+import doc_out
 import numpy as np
 import pandas as pd
 
@@ -123,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
         lines.append(f"| {r['measure']} | {r['held out']} | {r['n fit']} | {trusted} | "
                      f"{_fmt(r.get('predicted'), '.1f')} | {_fmt(r.get('measured'), '.1f')} | "
                      f"{_fmt(r.get('mae'), '.1f')} | {_fmt(r.get('coverage'), '.0%')} |")
-    common.emit(lines, args.doc)
+    doc_out.emit(lines, args.doc)
     return 0
 
 

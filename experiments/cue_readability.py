@@ -22,7 +22,7 @@ cue is cut off by truncation are left out.
 ``--run DIR`` probes a trained run's model (its checkpoint) instead of the pretrained one: the
 gap between the two says how much of the readability training created.
 
-    python bench/cue_readability.py --kinds marker order echo --models minilm-l6 minilm-l3 \
+    python experiments/cue_readability.py --kinds marker order echo --models minilm-l6 minilm-l3 \
         --doc docs/results_cue_readability.md
 """
 
@@ -33,7 +33,7 @@ import logging
 import sys
 from pathlib import Path
 
-import common
+import doc_out
 import numpy as np
 import pandas as pd
 from sklearn.linear_model import LogisticRegression
@@ -131,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     for _, r in wide.iterrows():
         lines.append(f"| {r['model']} | {r['what']} | {r['layer']} | "
                      + " | ".join(f"{r[k]:.1f}" for k in args.kinds) + " |")
-    common.emit(lines, args.doc)
+    doc_out.emit(lines, args.doc)
     return 0
 
 

@@ -4,7 +4,7 @@ Trains the weak teacher (gold labels) and the naive student (teacher's soft labe
 grid and prints source-validation accuracy (gold labels on `val`), the fitted loss and the
 teacher's label confidence. Every configuration tried is printed; docs/RESULTS.md records them.
 
-    python bench/tune_source_val.py --strength 0.8 --out docs/tune_source_val.md
+    python experiments/tune_source_val.py --strength 0.8 --out docs/tune_source_val.md
 """
 
 from __future__ import annotations

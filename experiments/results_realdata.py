@@ -8,7 +8,7 @@ Harmless: PKU-SafeRLHF -> HH harmless and the reverse; Helpful: UltraFeedback ->
 the reverse. Teacher minilm-l3, student minilm-l6, naive and ANCHOR (lambda grid, last layer),
 prompt + response up to --max-length tokens. Resumable; writes one markdown section per transfer.
 
-    python bench/results_realdata.py --seeds 0 --out runs/results_realdata \
+    python experiments/results_realdata.py --seeds 0 --out runs/results_realdata \
         --doc docs/results_realdata.md
 """
 

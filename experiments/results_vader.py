@@ -4,7 +4,7 @@ Runs a sweep (resumable: rerunning recomputes nothing that finished) and writes 
 summary: per artefact strength and method, mean over seeds with 95% t-intervals (points), the
 failure-mode test for naive and the NTS test for the ANCHOR setting chosen on SOURCE validation.
 
-    python bench/results_vader.py --strengths 0.0 0.8 --seeds 0 1 2 \
+    python experiments/results_vader.py --strengths 0.0 0.8 --seeds 0 1 2 \
         --methods naive confidence anchor --layers last middle --out runs/results_default \
         --doc docs/results_default.md
 """

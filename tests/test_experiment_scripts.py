@@ -1,0 +1,135 @@
+"""Smoke tests of the experiment scripts in experiments/ (the scripts behind docs/RESULTS.md):
+each core function runs on tiny sizes or a fake sweep."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import toy_pairs
+from tiny_project import save_tiny_model
+
+EXPERIMENTS = Path(__file__).resolve().parent.parent / "experiments"
+sys.path.insert(0, str(EXPERIMENTS))
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory) -> Path:
+    return save_tiny_model(tmp_path_factory.mktemp("experiments") / "student", layers=2, seed=0)
+
+
+def test_anchor_scale_reads_the_stored_histories(tmp_path):
+    import anchor_scale
+    import pandas as pd
+    from tiny_project import tiny_config
+
+    from anchorviz.experiment import SweepConfig, results_table, sweep
+
+    base = tiny_config(tmp_path)
+    base.ceiling = False
+    out = tmp_path / "sweep"
+    sweep(SweepConfig(base=base, methods=["naive", "anchor"], anchor_lambdas=[0.5, 2.0],
+                      seeds=[0]), out)
+    t = anchor_scale.anchor_scale(str(out)).set_index("anchor_lambda")
+    assert sorted(t.index) == [0.5, 2.0]
+    res = results_table(out)
+    for r in res[res["method"] == "anchor"].itertuples(index=False):
+        h = pd.read_parquet(out / "runs" / r.run_id / "history.parquet")
+        tail = h.iloc[-max(1, len(h) // 4):]  # the last quarter of the steps
+        row = t.loc[r.anchor_lambda]
+        assert row["fit"] == pytest.approx(tail["fit"].mean())
+        assert row["anchor_mse"] == pytest.approx(tail["anchor"].mean())
+        assert row["weighted_over_fit"] == pytest.approx(
+            r.anchor_lambda * tail["anchor"].mean() / tail["fit"].mean())
+
+
+def test_drift_vs_ood_on_a_fake_sweep(tmp_path):
+    import drift_vs_ood
+    from fake_sweep import write_fake_sweep
+    from scipy import stats
+
+    store = write_fake_sweep(tmp_path / "sweep", seeds=(0, 1, 2), targets=("amazon", "nyt", "tweets"))
+    import pandas as pd
+
+    table = pd.read_parquet(store / "results.parquet")  # the fake's metrics carry no per-target block
+    df = drift_vs_ood.drift_aog_frame(store, table)
+    students = table[table["kind"] == "student"]
+    assert len(df) == 3 * len(students)  # one row per student x target
+    row = df.iloc[0]
+    src = students[students["run_id"] == row["run_id"]].iloc[0]
+    assert row["aog"] == pytest.approx(100 * src[f"aog_{row['target']}"])
+    sp = {(r["measure"], r["target"]): r for r in drift_vs_ood.spearman_rows(df)}
+    amazon = df[df["target"] == "amazon"]
+    want = stats.spearmanr(amazon["centred cosine"], amazon["aog"]).statistic
+    assert sp[("centred cosine", "amazon")]["spearman"] == pytest.approx(want)
+    assert sp[("centred cosine", "pooled")]["n"] == len(df)
+    loto = drift_vs_ood.loto_rows(df)
+    assert {r["held out"] for r in loto} == {"amazon", "nyt", "tweets"}
+    for r in loto:
+        assert r["n fit"] == 2 * len(students)
+        if r["trusted"]:
+            assert 0.0 <= r["coverage"] <= 1.0 and r["mae"] >= 0.0
+    assert drift_vs_ood.main([str(tmp_path / "empty")]) == 1  # no students: says so, no table
+
+
+def test_cue_readability_probe():
+    import cue_readability
+
+    rng = np.random.default_rng(0)
+    w = rng.normal(size=16)
+    readable = rng.normal(size=(200, 16)) + 0.8 * w  # one direction carries the cue's sign
+    noise = rng.normal(size=(200, 16))
+    assert cue_readability.probe_accuracy(readable[:100], readable[100:]) > 0.95
+    assert 0.35 < cue_readability.probe_accuracy(noise[:100], noise[100:]) < 0.65
+    # rows whose cue was truncated away (x = 0) are left out instead of counted as misses
+    with_cut = np.vstack([readable[100:], np.zeros((50, 16))])
+    assert cue_readability.probe_accuracy(readable[:100], with_cut) > 0.95
+
+
+def test_cue_effects_with_a_tiny_model(tiny_model):
+    import cue_readability
+
+    from anchorviz.models import load_reward_model
+
+    model, tok = load_reward_model(str(tiny_model), dropout=False)
+    model.eval()
+    pairs = toy_pairs(6)
+    fx = cue_readability.cue_effects(model, tok, pairs, "marker", max_length=64)
+    assert sorted(fx) == list(range(model.n_layers + 1))
+    assert all(v.shape == (6, model.hidden_size) for v in fx.values())
+    assert np.abs(fx[model.n_layers]).sum() > 0  # the marker changes the chosen side's state
+    cut = cue_readability.cue_effects(model, tok, pairs, "marker", max_length=4)
+    assert np.abs(cut[model.n_layers]).sum() == 0  # truncated before the marker: no effect
+
+
+def test_gold_anchor_scenario_is_the_echo_tables():
+    import gold_anchor
+
+    cfg = gold_anchor.echo_config(3)
+    assert cfg.seed == 3 and cfg.data.artifact_kind == "echo"
+    assert cfg.data.artifact_teacher_visibility == 0.5 and cfg.data.split_per_seed
+    assert (cfg.student_train.lr, cfg.student_train.epochs) == (1e-4, 4)
+
+
+def test_cue_reliance_scores_a_marker_reading_teacher_on_its_own_form():
+    import cue_reliance
+
+    from anchorviz.artifacts import DEFAULT_MARKER, apply_artifact
+
+    pairs = toy_pairs(40)
+    pairs["chosen"] = [f"alpha {t}" for t in pairs["chosen"]]  # sides open with other words
+    pairs["rejected"] = [f"beta {t}" for t in pairs["rejected"]]
+    neutral = apply_artifact(pairs, "echo", 0.5, seed=0, role="target", target_mode="neutral")
+    versions = {"neutral": {"target_test:t": neutral}}
+    assert cue_reliance.teacher_versions(versions, "same") is versions
+    seen = cue_reliance.teacher_versions(versions, "marker")["neutral"]["target_test:t"]
+    sides = cue_reliance._marked_side(neutral)
+    assert sorted(set(sides)) == [-1, 0, 1] and (sides != 0).sum() == 20
+    for s, c0, r0, c, r in zip(sides, pairs["chosen"], pairs["rejected"], seen["chosen"],
+                               seen["rejected"]):
+        # the marker sits where the echo cue was, and no echo remains
+        assert (c, r) == ((c0 + DEFAULT_MARKER, r0) if s == 1 else
+                          (c0, r0 + DEFAULT_MARKER) if s == -1 else (c0, r0))
+    assert (cue_reliance._marked_side(seen) == sides).all()
