@@ -343,3 +343,27 @@ def test_trust_remote_code_is_false_unless_the_config_says_so(
     seen.clear()
     ex._load(ex.with_overrides(cfg, **{"models.trust_remote_code": True}), "teacher")
     assert [s[1] for s in seen] == [True, True]
+
+
+def test_the_shared_map_is_stored_once_and_read_back_by_later_runs(tmp_path, monkeypatch):
+    """The projector is kept in the store (shared/projection-*), so a later process places its
+    student in the same checked map without fitting one of its own."""
+    from anchorviz.pipeline import steps
+
+    cfg = tiny_config(tmp_path)
+    cfg.ceiling = False
+    out = tmp_path / "out"
+    first = run(cfg, out)[-1].run_dir
+    stored = sorted((out / "shared").glob("projection-*"))
+    assert len(stored) == 1 and (stored[0] / "projection.json").is_file()
+    monkeypatch.setattr(steps, "_PROJECTORS", {})  # a fresh process
+
+    def no_fit(*a, **k):
+        raise AssertionError("the stored projection was fitted again")
+
+    monkeypatch.setattr(steps, "fit_shared_projection", no_fit)
+    later = run(ex.with_overrides(cfg, **{"method.name": "anchor", "method.anchor_lambda": 0.5}),
+                out)[-1].run_dir
+    a, b = (pd.read_parquet(d / "projection.parquet") for d in (first, later))
+    ref_a, ref_b = (t[t["model"] == "reference"].reset_index(drop=True) for t in (a, b))
+    pd.testing.assert_frame_equal(ref_a, ref_b)

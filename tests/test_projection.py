@@ -201,3 +201,36 @@ def test_projection_output_is_finite_for_extreme_but_finite_states() -> None:
     assert np.isfinite(proj.transform(Y * 1e15)).all() and np.isfinite(proj.embedding_).all()
     with pytest.raises(RuntimeError, match="not fitted"):
         SharedProjection().transform(X)
+
+
+@pytest.mark.parametrize("method", ["umap", "pca"])
+def test_a_saved_projection_comes_back_as_the_same_map(tmp_path, method):
+    X, _ = _clusters()
+    proj = SharedProjection(method=method, seed=0).fit(X)
+    new = X[:7] + 0.5
+    ref_xy = proj.transform(X)
+    proj.save(tmp_path / "p", extra={"reference_xy": ref_xy})
+    back, extra = SharedProjection.load(tmp_path / "p")
+    assert back.method_ == method
+    np.testing.assert_array_equal(back.embedding_, proj.embedding_)
+    np.testing.assert_array_equal(back.transform(new), proj.transform(new))
+    np.testing.assert_array_equal(extra["reference_xy"], ref_xy)
+    with pytest.raises(ValueError, match="reserved"):
+        proj.save(tmp_path / "q", extra={"embedding": ref_xy})
+
+
+def test_a_stored_projection_that_does_not_refit_to_its_map_is_refused(tmp_path):
+    from safetensors.numpy import load_file, save_file
+
+    X, _ = _clusters()
+    folder = SharedProjection(method="pca", seed=0).fit(X).save(tmp_path / "p")
+    arrays = load_file(str(folder / "projection.safetensors"))
+    arrays["embedding"] = arrays["embedding"] + 1.0  # coordinates that this map does not give
+    save_file(arrays, str(folder / "projection.safetensors"))
+    with pytest.raises(projection.ProjectionMismatch, match="does not give the stored map"):
+        SharedProjection.load(folder)
+    (folder / "projection.safetensors").write_bytes(b"truncated")
+    with pytest.raises(projection.ProjectionMismatch, match="no readable stored projection"):
+        SharedProjection.load(folder)
+    with pytest.raises(projection.ProjectionMismatch, match="no readable stored projection"):
+        SharedProjection.load(tmp_path / "nothing")

@@ -17,23 +17,28 @@ the fit and of each transform by calling its compiled metric once per pair from 
 (scikit-learn's generic path), which took ~28 of the ~30 s of a 2,400 x 1,500 transform. The
 neighbour graph is the same exact-kNN graph umap-learn builds at these sizes.
 
-The object keeps no results on disk: the caller stores the coordinates it returns (as parquet
-in the run directory) and refits when it needs to.
+A fitted projection is kept on disk with :meth:`SharedProjection.save` (the rows it was fitted
+on, its settings and its fitted coordinates: safetensors and JSON, no pickle) and brought back
+with :meth:`SharedProjection.load`, which refits on the stored rows (UMAP is deterministic at a
+fixed seed) and checks that it lands on the stored coordinates, so every process that loads it
+places states in the same map. The pipeline stores one per sweep store (``shared/projection-*``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import sys
 import warnings
+from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["SharedProjection"]
+__all__ = ["ProjectionMismatch", "SharedProjection"]
 
 Method = Literal["umap", "pca", "auto"]
 
@@ -98,6 +103,16 @@ def _as_states(X: Any, what: str) -> np.ndarray:
         bad = int((~np.isfinite(arr)).any(axis=1).sum())
         raise ValueError(f"{what}: {bad} row(s) contain NaN or inf")
     return arr
+
+
+PROJECTION_FORMAT = 1  # bumped when the files written by SharedProjection.save change
+_PARAMS = ("method", "n_components", "pca_dim", "n_neighbors", "min_dist", "seed")
+_LOAD_ATOL = 1e-4  # refitted coordinates must match the stored ones this closely
+
+
+class ProjectionMismatch(ValueError):
+    """A stored projection that cannot be brought back as it was: its files are missing or
+    unreadable, or refitting on its rows lands elsewhere than its stored coordinates."""
 
 
 class SharedProjection:
@@ -218,6 +233,7 @@ class SharedProjection:
         self.method_ = method
         self.fallback_reason_ = reason
         self.n_features_in_ = d
+        self.fit_input_ = X  # kept so that `save` can store what the map was fitted on
         self.umap_ = None
         self.fit_points_ = None
         if method == "pca":
@@ -278,3 +294,57 @@ class SharedProjection:
     def fit_transform(self, X_reference: Any, y: Any = None) -> np.ndarray:
         """``fit(X_reference)`` and return the fitted coordinates ``embedding_``, (n, n_components)."""
         return self.fit(X_reference).embedding_
+
+    def save(self, folder: str | Path, extra: dict[str, np.ndarray] | None = None) -> Path:
+        """Store the fitted projection in ``folder``: ``projection.safetensors`` (the fitted rows
+        ``fit_input``, the coordinates ``embedding``, and any ``extra`` float arrays, e.g. the
+        caller's projected reference) and ``projection.json`` (settings, the method used, the
+        umap-learn version). No pickle. Returns the folder."""
+        from safetensors.numpy import save_file
+
+        from anchorviz.paths import write_atomic
+
+        self._check_fitted()
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        arrays = {"fit_input": np.ascontiguousarray(self.fit_input_, dtype=np.float32),
+                  "embedding": np.ascontiguousarray(self.embedding_, dtype=np.float32)}
+        for name, arr in (extra or {}).items():
+            if name in arrays:
+                raise ValueError(f"save(extra=...): {name!r} is a reserved array name")
+            arrays[name] = np.ascontiguousarray(arr, dtype=np.float32)
+        umap_mod = _umap_module()
+        meta = {"format": PROJECTION_FORMAT, "params": {k: getattr(self, k) for k in _PARAMS},
+                "method_": self.method_, "fallback_reason_": self.fallback_reason_,
+                "n_features_in_": int(self.n_features_in_),
+                "umap_learn": getattr(umap_mod, "__version__", None) if umap_mod else None}
+        write_atomic(folder / "projection.safetensors", lambda t: save_file(arrays, str(t)))
+        write_atomic(folder / "projection.json", lambda t: t.write_text(json.dumps(meta, indent=1)))
+        return folder
+
+    @classmethod
+    def load(cls, folder: str | Path) -> tuple[SharedProjection, dict[str, np.ndarray]]:
+        """``(projection, extra arrays)`` from a folder written by `save`: refitted on the stored
+        rows and checked against the stored coordinates (to 1e-4); a `ProjectionMismatch` when
+        the files are missing or unreadable, the format is another, or the refit lands elsewhere
+        (another umap-learn, another BLAS)."""
+        from safetensors.numpy import load_file
+
+        folder = Path(folder)
+        try:
+            meta = json.loads((folder / "projection.json").read_text())
+            arrays = load_file(str(folder / "projection.safetensors"))
+            params, fit_input, stored = meta["params"], arrays.pop("fit_input"), arrays.pop("embedding")
+        except Exception as err:  # OSError, ValueError, KeyError, SafetensorError
+            raise ProjectionMismatch(f"{folder}: no readable stored projection ({err})") from None
+        if meta.get("format") != PROJECTION_FORMAT:
+            raise ProjectionMismatch(f"{folder}: projection format {meta.get('format')!r}, this "
+                                     f"code reads {PROJECTION_FORMAT}")
+        proj = cls(**{k: params[k] for k in _PARAMS}).fit(fit_input)
+        if proj.method_ != meta["method_"] or proj.embedding_.shape != stored.shape or not np.allclose(
+                proj.embedding_, stored, atol=_LOAD_ATOL, rtol=0):
+            raise ProjectionMismatch(
+                f"{folder}: refitting on the stored rows does not give the stored map (method "
+                f"{proj.method_} vs {meta['method_']}; umap-learn "
+                f"{getattr(_umap_module(), '__version__', None)} vs {meta.get('umap_learn')})")
+        return proj, arrays

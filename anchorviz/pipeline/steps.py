@@ -198,13 +198,32 @@ def fit_shared_projection(ref_caps: dict, layer: int, method: str, fit_rows: int
 
 
 def _projector(store, cfg: RunConfig, ref_caps: dict, layer: int):
+    """``(projection, reference xy)`` of the store's shared map at ``layer``: fitted once per
+    store and kept in ``shared/projection-<reference hash>-<layer>-<method>-<rows>/``
+    (`SharedProjection.save`), so every worker process, a resumed sweep and the notebooks place
+    states in one checked map; held in memory per process after that (a transform-only use)."""
+    from anchorviz.analysis.projection import ProjectionMismatch, SharedProjection
     from anchorviz.pipeline.store import config_hash
 
-    k = f"{config_hash(reference_key(cfg))}-{layer}-{cfg.capture.projection}"
-    if k not in _PROJECTORS:
-        _PROJECTORS[k] = fit_shared_projection(ref_caps, layer, cfg.capture.projection,
-                                               cfg.capture.projection_fit_rows)
-    return _PROJECTORS[k]
+    c = cfg.capture
+    name = (f"projection-{config_hash(reference_key(cfg))}-{layer}-{c.projection}-"
+            f"{c.projection_fit_rows}")
+    memo = f"{store.root}/{name}"
+    if memo not in _PROJECTORS:
+        folder = store.shared_dir(name)
+        with store.lock(name):
+            found = None
+            if (folder / "projection.json").is_file():
+                try:
+                    proj, extra = SharedProjection.load(folder)
+                    found = proj, extra["reference_xy"]
+                except (ProjectionMismatch, KeyError) as err:
+                    logger.warning("stored projection not used, fitting it again: %s", err)
+            if found is None:
+                found = fit_shared_projection(ref_caps, layer, c.projection, c.projection_fit_rows)
+                found[0].save(folder, extra={"reference_xy": found[1]})
+        _PROJECTORS[memo] = found
+    return _PROJECTORS[memo]
 
 
 def _projection_table(store, cfg, data, ref_caps, caps) -> pd.DataFrame:
