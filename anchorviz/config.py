@@ -525,19 +525,27 @@ def config_from_dict(data: dict, where: str = "config") -> RunConfig:
     return _from_dict(RunConfig, data, where).validate()
 
 
-def load_config(path: str | Path) -> RunConfig:
+def _read_settings_file(path: str | Path, what: str, empty_hint: str) -> tuple[Any, Path]:
+    """``(parsed YAML, path)`` of a config or sweep file; a missing, invalid or empty file is a
+    `ConfigError` naming it (an empty file, or one of comments only, would otherwise start a
+    long default run)."""
     from anchorviz.pipeline.store import read_yaml
 
     path = Path(path)
     if not path.is_file():
-        raise ConfigError(f"config file {path} does not exist")
+        raise ConfigError(f"{what} file {path} does not exist")
     try:
         data = read_yaml(path)  # a duplicate key is an error, not "the last one wins"
-    except Exception as err:  # yaml.YAMLError and friends
+    except Exception as err:  # yaml.YAMLError (python tags included), UnicodeDecodeError
         raise ConfigError(f"{path}: not valid YAML ({err})") from None
-    if data is None:  # an empty file (or only comments) would start a long default run
-        raise ConfigError(f"{path}: the config file is empty; write the settings to change "
-                          "(or '{}' to run every default on purpose)")
+    if data is None:
+        raise ConfigError(f"{path}: the {what} file is empty; {empty_hint}")
+    return data, path
+
+
+def load_config(path: str | Path) -> RunConfig:
+    data, path = _read_settings_file(path, "config", "write the settings to change (or '{}' to "
+                                     "run every default on purpose)")
     return config_from_dict(data, where=str(path))
 
 
@@ -631,18 +639,8 @@ def sweep_from_dict(d: dict, where: str = "sweep") -> SweepConfig:
 
 
 def load_sweep(path: str | Path) -> SweepConfig:
-    from anchorviz.pipeline.store import read_yaml
-
-    path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"sweep file {path} does not exist")
-    try:
-        data = read_yaml(path)  # a duplicate key is an error, not "the last one wins"
-    except Exception as err:  # yaml.YAMLError (python tags included), UnicodeDecodeError
-        raise ConfigError(f"{path}: not valid YAML ({err})") from None
-    if data is None:  # an empty file (or only comments) would start the default grid
-        raise ConfigError(f"{path}: the sweep file is empty; give 'base' and 'grid' "
-                          "(or '{}' to run the default grid on purpose)")
+    data, path = _read_settings_file(path, "sweep", "give 'base' and 'grid' (or '{}' to run "
+                                     "the default grid on purpose)")
     return sweep_from_dict(data, str(path))
 
 

@@ -30,7 +30,6 @@ import os
 import shutil
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -274,13 +273,7 @@ def main(argv: list[str] | None = None) -> None:
     os.environ.setdefault("TQDM_DISABLE", "1")
     log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
     log(f"preparing the demo's models: {', '.join(warm_models(args.quick))}")
-    facts = common.machine_facts()
-    t0 = time.time()
-    res = measure(args, log=log)
-    md = markdown(res, args, common.command_line("bench_jobs.py", argv), facts, time.time() - t0)
-    print(md)
-    if not args.no_write:
-        print(f"updated {common.update_section('bench_jobs', md)}", file=sys.stderr)
+    common.publish("bench_jobs", args, argv, lambda: measure(args, log=log), markdown)
 
 
 if __name__ == "__main__":

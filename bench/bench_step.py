@@ -474,13 +474,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.worker:
         print(json.dumps(worker(args.worker, args)))
         return
-    facts = common.machine_facts()
-    t0 = time.time()
-    res = measure(args, log=lambda m: print(m, file=sys.stderr, flush=True))
-    md = markdown(res, args, common.command_line("bench_step.py", argv), facts, time.time() - t0)
-    print(md)
-    if not args.no_write:
-        print(f"updated {common.update_section('bench_step', md)}", file=sys.stderr)
+    common.publish("bench_step", args, argv, lambda: measure(args, log=lambda m: print(m, file=sys.stderr, flush=True)), markdown)
 
 
 if __name__ == "__main__":

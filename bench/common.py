@@ -344,6 +344,19 @@ def section(name: str, intro: str, table: str, notes: str, command: str, facts: 
         notes.strip(),
     ] if s) + "\n"
 
+def publish(name: str, args, argv, measure: Callable[[], dict], markdown: Callable[..., str]) -> str:
+    """Run ``measure()`` on this machine and print ``markdown(result, args, command, facts,
+    elapsed seconds)``; unless ``args.no_write``, it also replaces the ``name`` section of
+    docs/BENCHMARKS.md. Returns the markdown."""
+    facts = machine_facts()
+    t0 = time.time()
+    res = measure()
+    md = markdown(res, args, command_line(f"{name}.py", argv), facts, time.time() - t0)
+    print(md)
+    if not args.no_write:
+        print(f"updated {update_section(name, md)}", file=sys.stderr)
+    return md
+
 
 if __name__ == "__main__":  # `python bench/common.py` refreshes the folded CKA section only
     print(update_section("bench_cka", cka_section(), fold_cka=False))
