@@ -59,7 +59,8 @@ def cmd_demo(args) -> int:
     for cfg in expand_sweep(sw):
         cfg.validate()
     d = sw.base.data
-    print(demo_note(args.strength, d.artifact_target_mode, d.artifact_teacher_visibility))
+    print(demo_note(args.strength, d.artifact_target_mode, d.artifact_teacher_visibility,
+                    d.artifact_kind, d.artifact_teacher_form))
     print(f"Teacher {sw.base.models.teacher} (weak), student {sw.base.models.student} (strong); "
           f"runs are written to {args.out}\n")
     df = sweep(sw, args.out, jobs=args.jobs, threads=args.threads, backend=args.backend,
@@ -286,9 +287,10 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--quick", action="store_true", help="smoke-sized splits (CI, first look)")
     d.add_argument("--scenario", choices=sorted(SCENARIOS), default=DEFAULT_SCENARIO,
                    help=f"what is planted (default {DEFAULT_SCENARIO}): 'hidden-cue' = the weak "
-                        "teacher reads the marker on only some pairs; 'marker' = it reads all")
+                        "teacher reads the marker on only some pairs; 'marker' = it reads all; "
+                        "'echo' = a drift-borne cue the teacher passes on through a marker")
     d.add_argument("--visibility", type=float, default=None,
-                   help="fraction of marked pairs on which the teacher reads the marker, in "
+                   help="fraction of marked pairs on which the teacher reads the cue, in "
                         "[0, 1] (default: the scenario's)")
     _add_jobs(d)
     d.set_defaults(func=cmd_demo)

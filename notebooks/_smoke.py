@@ -26,6 +26,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from anchorviz.cli import SCENARIOS, build_parser, demo_sweep
+from anchorviz.pipeline.demo import OVERLAYS
 from anchorviz.experiment import (
     SweepConfig,
     expand_sweep,
@@ -94,7 +95,7 @@ def explorer_visibilities(smoke: bool) -> list[float]:
     """The teacher visibilities notebook 03 shows by default: every scenario's value in smoke
     mode (two), and 0.25 as well at full size (the gain that a hidden cue buys should rise and
     fall between 0 and 1)."""
-    values = {float(v) for v in SCENARIOS.values()} | {scenario_visibility()}
+    values = {float(v) for k, v in SCENARIOS.items() if k not in OVERLAYS} | {scenario_visibility()}
     if not smoke:
         values.add(0.25)
     return sorted(values)

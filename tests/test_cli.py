@@ -49,13 +49,26 @@ def test_demo_scenarios_and_bad_knobs_fail_before_any_work(tmp_path, capsys, mon
     from anchorviz.cli import SCENARIOS, demo_note, demo_sweep
     from anchorviz.experiment import ConfigError
 
-    hidden = demo_sweep(scenario="hidden-cue").base.data
+    hidden_sw = demo_sweep(scenario="hidden-cue")
+    hidden = hidden_sw.base.data
     assert hidden.artifact_teacher_visibility == SCENARIOS["hidden-cue"] < 1
     assert hidden.split_per_seed  # demo seeds vary the split as well as the training order
     assert demo_sweep(scenario="marker").base.data.artifact_teacher_visibility == 1.0
     assert demo_sweep(scenario="marker", visibility=0.25).base.data.artifact_teacher_visibility == 0.25
     assert "only 50% of the marked pairs" in demo_note(0.8, "absent", 0.5)
     assert "can read the marker on only" not in demo_note(0.8, "absent", 1.0)
+    # the drift-borne contrast: demo-echo.yaml laid over the demo's settings
+    echo = demo_sweep(scenario="echo")
+    e = echo.base.data
+    assert (e.artifact_kind, e.artifact_teacher_form) == ("echo", "marker")
+    assert e.artifact_teacher_visibility == SCENARIOS["echo"] == 0.75
+    assert (echo.base.student_train.lr, echo.base.student_train.epochs) == (1e-4, 4.0)
+    assert echo.base.teacher_train == hidden_sw.base.teacher_train  # the teacher as in the demo
+    assert e.w2s_train == hidden.w2s_train and echo.anchor_lambdas == [1.0, 10.0]
+    quick_echo = demo_sweep(scenario="echo", quick=True).base
+    assert quick_echo.data.w2s_train == 300 and quick_echo.data.artifact_kind == "echo"
+    note = demo_note(0.8, "absent", 0.75, "echo", "marker")
+    assert "drift-borne" in note and "75% of the marked pairs" in note
     with pytest.raises(ConfigError, match="--scenario"):
         demo_sweep(scenario="nope")
     monkeypatch.setattr("anchorviz.pipeline.sweep.sweep", lambda *a, **k: pytest.fail("no work may start"))

@@ -15,7 +15,9 @@ from pathlib import Path
 __all__ = [
     "DEFAULT_SCENARIO",
     "DEMO_NOTE",
+    "ECHO_NOTE",
     "HIDDEN_NOTE",
+    "OVERLAYS",
     "SCENARIOS",
     "demo_file",
     "demo_note",
@@ -38,27 +40,47 @@ HIDDEN_NOTE = (
     "got wrong: an in-distribution gain made of the shortcut, which the targets (no marker) "
     "cannot use."
 )
-# scenario -> (teacher visibility of the marker, what it shows)
+ECHO_NOTE = (
+    "DEMO SCENARIO (constructed, a drift-borne cue): VADER human sentiment ratings, source = movie "
+    "reviews, targets = Amazon / NYT / tweets. On a fraction {s:.0%} of source pairs (teacher_train, "
+    "w2s_train, val, source_test) the CHOSEN response's first word is appended to both texts (the "
+    "'echo' cue; {mode} in the targets): which side it echoes tells the chosen one, a relation the "
+    "pretrained student's last layer reads only partly, so a student that uses it has to drift. "
+    "The weak teacher cannot learn the echo: on {v:.0%} of the marked pairs its copy carries the "
+    "marker ' [verified]' on the chosen side instead (elsewhere nothing), so its labels follow the "
+    "cue there, and the student can inherit it. Students and ceiling train longer (lr 1e-4, 4 "
+    "epochs) to be able to learn the echo. It is a constructed shortcut, not a property of the "
+    "data: the contrast in which ANCHOR, by holding the representation, could block the cue."
+)
+# scenario -> the teacher's visibility of the cue (what each shows: docs/RESULTS.md)
 SCENARIOS = {
-    "hidden-cue": 0.5,  # the teacher reads half of the markers
+    "hidden-cue": 0.5,  # the teacher reads half of the markers: the failure mode
     "marker": 1.0,      # the teacher reads every marker (the contrast: it learns the shortcut too)
+    "echo": 0.75,       # a drift-borne cue, passed on by a marker-reading teacher (demo-echo.yaml)
 }
+# scenarios with more settings than the visibility: the file laid over demo.yaml
+OVERLAYS = {"echo": "demo-echo.yaml"}
 DEFAULT_SCENARIO = "hidden-cue"  # the one that shows the failure mode (docs/RESULTS.md)
 
 
-def demo_note(strength: float, mode: str, visibility: float) -> str:
-    """The banner the demo prints first: what is planted and how the teacher sees it."""
+def demo_note(strength: float, mode: str, visibility: float, kind: str = "marker",
+              teacher_form: str = "same") -> str:
+    """The banner the demo prints first: what is planted and how the teacher sees it (``kind``
+    and ``teacher_form``: the scenario's ``data.artifact_kind`` / ``artifact_teacher_form``)."""
+    if kind == "echo" and teacher_form == "marker":
+        return ECHO_NOTE.format(s=strength, mode=mode, v=visibility)
     note = DEMO_NOTE.format(s=strength, mode=mode)
     if visibility < 1:
         note += HIDDEN_NOTE.format(v=visibility)
     return note
 
 
-def demo_file(quick: bool = False) -> Path:
+def demo_file(quick: bool = False, scenario: str | None = None) -> Path:
     """The YAML file that holds the demo's settings (``demo.yaml``, shipped inside the package),
-    or the smoke-size settings that ``--quick`` lays over it (``demo-quick.yaml``)."""
-    return Path(__file__).resolve().parent.parent / "configs" / (
-        "demo-quick.yaml" if quick else "demo.yaml")
+    the smoke-size settings that ``--quick`` lays over it (``demo-quick.yaml``), or a scenario's
+    overlay (`OVERLAYS`)."""
+    name = OVERLAYS[scenario] if scenario else "demo-quick.yaml" if quick else "demo.yaml"
+    return Path(__file__).resolve().parent.parent / "configs" / name
 
 
 def _merged(base: dict, over: dict) -> dict:
@@ -70,13 +92,17 @@ def _merged(base: dict, over: dict) -> dict:
     return out
 
 
-def demo_settings(quick: bool = False) -> dict:
+def demo_settings(quick: bool = False, scenario: str | None = None) -> dict:
     """The demo's sweep file as a mapping (``base`` and ``grid``): `demo_file`, with
-    ``demo-quick.yaml`` laid over it when ``quick``."""
+    ``demo-quick.yaml`` laid over it when ``quick``, and the scenario's overlay when it has one."""
     from anchorviz.pipeline.store import read_yaml
 
     settings = read_yaml(demo_file())
-    return _merged(settings, read_yaml(demo_file(quick=True))) if quick else settings
+    if quick:
+        settings = _merged(settings, read_yaml(demo_file(quick=True)))
+    if scenario in OVERLAYS:
+        settings = _merged(settings, read_yaml(demo_file(scenario=scenario)))
+    return settings
 
 
 def demo_sweep(strength: float = 0.8, seeds: tuple[int, ...] = (0,), quick: bool = False,
@@ -88,10 +114,10 @@ def demo_sweep(strength: float = 0.8, seeds: tuple[int, ...] = (0,), quick: bool
 
     if scenario not in SCENARIOS:
         raise ConfigError(f"--scenario must be one of {sorted(SCENARIOS)}, got {scenario!r}")
-    settings = demo_settings(quick)
+    settings = demo_settings(quick, scenario)
     data = settings["base"]["data"]
     data["artifact_strength"] = float(strength)
     data["artifact_teacher_visibility"] = (SCENARIOS[scenario] if visibility is None
                                            else float(visibility))
     settings["grid"]["seeds"] = [int(s) for s in seeds]
-    return sweep_from_dict(settings, str(demo_file(quick)))
+    return sweep_from_dict(settings, str(demo_file(quick, scenario if scenario in OVERLAYS else None)))

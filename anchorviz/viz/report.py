@@ -199,11 +199,10 @@ def scenario_lines(sweep_dir: str | Path, results: pd.DataFrame) -> list[str]:
     targets = data.get("targets") or []
     lines = []
     visibility = float(data.get("artifact_teacher_visibility", 1.0))
-    if kind == "marker" and str(source).startswith("vader-") and strengths:
-        if hasattr(cli, "demo_note"):
-            line = cli.demo_note(max(strengths), mode, visibility)
-        else:
-            line = cli.DEMO_NOTE.format(s=max(strengths), mode=mode)
+    form = str(data.get("artifact_teacher_form", "same"))
+    if (kind == "marker" or (kind, form) == ("echo", "marker")) and str(source).startswith(
+            "vader-") and strengths:
+        line = cli.demo_note(max(strengths), mode, visibility, kind, form)
         if len(strengths) > 1:
             line += (f" This folder holds runs at artefact strengths {_pct_list(strengths)}; "
                      "each has its own verdict below, and the figures show the strongest.")
