@@ -26,7 +26,6 @@ from dataclasses import asdict
 from pathlib import Path
 
 from anchorviz.cli import SCENARIOS, build_parser, demo_sweep
-from anchorviz.pipeline.demo import OVERLAYS
 from anchorviz.experiment import (
     SweepConfig,
     expand_sweep,
@@ -36,6 +35,7 @@ from anchorviz.experiment import (
     teacher_key,
     with_overrides,
 )
+from anchorviz.pipeline.demo import OVERLAYS
 
 Sweeps = SweepConfig | Sequence[SweepConfig]
 
