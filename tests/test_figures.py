@@ -9,6 +9,7 @@ import re
 from pathlib import Path
 
 import pandas as pd
+import plotly.graph_objects as go
 import pytest
 from fake_sweep import write_fake_sweep
 
@@ -171,3 +172,30 @@ def test_write_figures_png_at_dpi(sweep, tmp_path):
     assert files and all(_png_size(p)[0] == 3.5 * 200 for p in files)
     with pytest.raises(ValueError, match="figure format"):
         write_figures(sweep, "gif")
+
+
+def test_a_figure_kaleido_did_not_write_is_written_again_or_reported(tmp_path, monkeypatch):
+    """kaleido's browser session can return without writing some files (seen under load): the
+    missing ones are written once more, and a file still missing is an ExportError, never a
+    path returned for a file that is not there."""
+    import plotly.io as pio
+
+    from anchorviz.viz.export import ExportError, export_paper_figures
+
+    calls = []
+
+    def flaky(figs, paths, **kw):  # writes nothing for the first path on its first call
+        calls.append([Path(p).name for p in paths])
+        for p in paths[1:] if len(calls) == 1 else paths:
+            Path(p).write_bytes(b"%PDF-1.4 fake")
+
+    monkeypatch.setattr(pio, "write_images", flaky)
+    figs = [go.Figure(go.Bar(x=[1], y=[1])) for _ in range(3)]
+    paths = [tmp_path / f"f{i}.pdf" for i in range(3)]
+    assert export_paper_figures(figs, paths) == paths
+    assert calls == [["f0.pdf", "f1.pdf", "f2.pdf"], ["f0.pdf"]]  # only the missing one again
+    assert all(p.is_file() for p in paths)
+
+    monkeypatch.setattr(pio, "write_images", lambda figs, paths, **kw: None)  # never writes
+    with pytest.raises(ExportError, match="wrote no file for .*f0.pdf"):
+        export_paper_figures(figs, paths)  # the files of the call before do not count

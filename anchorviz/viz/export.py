@@ -255,13 +255,31 @@ def export_paper_figures(figs: Sequence[go.Figure], paths: Sequence[PathLike], *
         raise ValueError(f"dpi must be between 72 and 1200, got {dpi}")
     styled = [paper_style(f, width, aspect=aspect, font_pt=font_pt) for f in figs]
     scales = [dpi / CSS_DPI if p.suffix.lower() == ".png" else 1.0 for p in paths]
-    try:
-        pio.write_images(styled, paths, scale=scales, width=[f.layout.width for f in styled],
-                         height=[f.layout.height for f in styled])
-    except Exception as exc:  # kaleido missing, no browser, browser crash ...
-        raise ExportError(f"paper figure export failed ({type(exc).__name__}: {exc}). kaleido "
-                          "needs a Chrome/Chromium browser: install one (Debian: apt-get install "
-                          "chromium) or run plotly_get_chrome") from exc
+    for p in paths:  # so that a file left from before cannot pass for a written one
+        p.unlink(missing_ok=True)
+    todo = list(range(len(paths)))
+    # kaleido's browser session can return without having written some files (seen under heavy
+    # load): the missing ones are written again once, then their absence is an error
+    for attempt in range(2):
+        try:
+            pio.write_images([styled[i] for i in todo], [paths[i] for i in todo],
+                             scale=[scales[i] for i in todo],
+                             width=[styled[i].layout.width for i in todo],
+                             height=[styled[i].layout.height for i in todo])
+        except Exception as exc:  # kaleido missing, no browser, browser crash ...
+            raise ExportError(f"paper figure export failed ({type(exc).__name__}: {exc}). kaleido "
+                              "needs a Chrome/Chromium browser: install one (Debian: apt-get "
+                              "install chromium) or run plotly_get_chrome") from exc
+        todo = [i for i in todo if not paths[i].is_file() or paths[i].stat().st_size == 0]
+        if not todo:
+            break
+        if attempt == 0:
+            logger.warning("kaleido did not write %s; writing them again",
+                           ", ".join(paths[i].name for i in todo))
+    if todo:
+        raise ExportError("paper figure export wrote no file for "
+                          + ", ".join(str(paths[i]) for i in todo) + " (kaleido returned without "
+                          "an error); try again, or export fewer figures at a time")
     for f, p in zip(styled, paths, strict=True):
         if p.suffix.lower() == ".svg":
             _fix_svg_size(p, f.layout.meta["width_in"], f.layout.height / CSS_DPI)
