@@ -42,7 +42,7 @@ HIDDEN_NOTE = (
 )
 ECHO_NOTE = (
     "DEMO SCENARIO (constructed, a drift-borne cue): VADER human sentiment ratings, source = movie "
-    "reviews, targets = Amazon / NYT / tweets. On a fraction {s:.0%} of source pairs (teacher_train, "
+    "reviews, targets = Amazon / NYT / tweets. On {s:.0%} of the source pairs (teacher_train, "
     "w2s_train, val, source_test) the CHOSEN response's first word is appended to both texts (the "
     "'echo' cue; {mode} in the targets): which side it echoes tells the chosen one, a relation the "
     "pretrained student's last layer reads only partly, so a student that uses it has to drift. "
