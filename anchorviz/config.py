@@ -614,6 +614,10 @@ class SweepConfig:
 def sweep_from_dict(d: dict, where: str = "sweep") -> SweepConfig:
     if not isinstance(d, dict):
         raise ConfigError(f"{where}: expected a mapping with 'base' and 'grid'")
+    if "overlay" in d:  # demo-quick.yaml, demo-echo.yaml: settings laid over another file
+        raise ConfigError(f"{where}: an overlay of {d.get('of', 'another file')}, not a sweep file "
+                          "on its own; `anchorviz demo` (--quick, --scenario) lays it over that "
+                          "file")
     unknown = sorted(set(d) - {"base", "grid"})
     if unknown:
         raise ConfigError(f"{where}: unknown key(s) {unknown}; allowed: ['base', 'grid']")

@@ -75,7 +75,7 @@ def test_default_config_run_ids_are_pinned():
 def test_the_demo_reads_its_settings_file_and_keeps_its_run_ids():
     """`anchorviz demo` builds its sweep from anchorviz/configs/demo.yaml; the ids of its seed-0
     runs are those of the stores behind docs/RESULTS.md (the hidden-cue scenario)."""
-    from anchorviz.config import RunConfig, expand_sweep, load_sweep
+    from anchorviz.config import ConfigError, RunConfig, expand_sweep, load_sweep
     from anchorviz.pipeline.demo import demo_file, demo_sweep
     from anchorviz.pipeline.keys import student_key
 
@@ -93,6 +93,10 @@ def test_the_demo_reads_its_settings_file_and_keeps_its_run_ids():
               "split_per_seed"):
         assert getattr(plain.data, k) == getattr(sw.base.data, k), k
     assert plain.data.artifact_kind == "none"
+    # the overlays (--quick, --scenario echo) are not sweep files on their own
+    for quick_or_scenario in ({"quick": True}, {"scenario": "echo"}):
+        with pytest.raises(ConfigError, match="an overlay of demo.yaml, not a sweep file"):
+            load_sweep(demo_file(**quick_or_scenario))
     quick = demo_sweep(quick=True, scenario="marker", seeds=(3,))
     assert (quick.base.data.w2s_train, quick.base.capture.projection) == (300, "pca")
     assert quick.base.data.artifact_teacher_visibility == 1.0 and quick.seeds == [3]

@@ -99,9 +99,9 @@ def demo_settings(quick: bool = False, scenario: str | None = None) -> dict:
 
     settings = read_yaml(demo_file())
     if quick:
-        settings = _merged(settings, read_yaml(demo_file(quick=True)))
+        settings = _merged(settings, read_yaml(demo_file(quick=True))["overlay"])
     if scenario in OVERLAYS:
-        settings = _merged(settings, read_yaml(demo_file(scenario=scenario)))
+        settings = _merged(settings, read_yaml(demo_file(scenario=scenario))["overlay"])
     return settings
 
 
