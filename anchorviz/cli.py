@@ -16,6 +16,7 @@ from anchorviz.pipeline.demo import (  # noqa: F401
     DEFAULT_SCENARIO,
     DEMO_NOTE,
     HIDDEN_NOTE,
+    OVERLAYS,
     SCENARIOS,
     demo_note,
     demo_sweep,
@@ -31,6 +32,7 @@ __all__ = [
     "EXIT_OTHER",
     "EXIT_TRAIN",
     "build_parser",
+    "demo_out",
     "main",
 ]
 
@@ -46,13 +48,21 @@ def _verdict(df) -> str:
     return "\n".join(verdict_lines(df))
 
 
+def demo_out(scenario: str, quick: bool) -> str:
+    """The demo's default folder: ``runs/demo`` (the marker scenarios share it, so notebook 03
+    finds every teacher visibility there), ``runs/demo-<scenario>`` for a scenario with another
+    cue (`OVERLAYS`), ``-quick`` after either with ``--quick``."""
+    return ("runs/demo" + (f"-{scenario}" if scenario in OVERLAYS else "")
+            + ("-quick" if quick else ""))
+
+
 def cmd_demo(args) -> int:
     from anchorviz.config import expand_sweep
     from anchorviz.pipeline.results import results_text
     from anchorviz.pipeline.sweep import sweep
 
     if args.out is None:
-        args.out = "runs/demo-quick" if args.quick else "runs/demo"
+        args.out = demo_out(args.scenario, args.quick)
     # every knob is checked (the whole grid, as a sweep file would be) before the banner
     sw = demo_sweep(strength=args.strength, seeds=tuple(args.seeds), quick=args.quick,
                     scenario=args.scenario, visibility=args.visibility)
@@ -278,8 +288,9 @@ def build_parser() -> argparse.ArgumentParser:
                        epilog="examples:\n  anchorviz demo\n  anchorviz demo --quick\n"
                               "  anchorviz demo --strength 0.5 --seeds 0 1 2 --out runs/demo3")
     d.add_argument("--out", default=None,
-                   help="sweep folder (default runs/demo, or runs/demo-quick with --quick, so a "
-                        "smoke run never mixes with the real one)")
+                   help="sweep folder (default runs/demo, runs/demo-echo for --scenario echo, "
+                        "and -quick after either with --quick, so a smoke run never mixes with "
+                        "the real one)")
     d.add_argument("--strength", type=float, default=0.8,
                    help="artefact strength in [0, 1]: fraction of source pairs whose chosen text "
                         "carries the marker (default 0.8)")

@@ -67,6 +67,11 @@ def test_demo_scenarios_and_bad_knobs_fail_before_any_work(tmp_path, capsys, mon
     assert e.w2s_train == hidden.w2s_train and echo.anchor_lambdas == [1.0, 10.0]
     quick_echo = demo_sweep(scenario="echo", quick=True).base
     assert quick_echo.data.w2s_train == 300 and quick_echo.data.artifact_kind == "echo"
+    from anchorviz.cli import demo_out
+
+    assert [demo_out(sc, q) for sc, q in (("hidden-cue", False), ("marker", True), ("echo", False),
+                                          ("echo", True))] == [
+        "runs/demo", "runs/demo-quick", "runs/demo-echo", "runs/demo-echo-quick"]
     note = demo_note(0.8, "absent", 0.75, "echo", "marker")
     assert "drift-borne" in note and "75% of the marked pairs" in note
     with pytest.raises(ConfigError, match="--scenario"):
