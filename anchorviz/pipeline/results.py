@@ -24,8 +24,9 @@ from anchorviz.pipeline.prepare import prepare_data
 logger = logging.getLogger(__name__)
 
 __all__ = [
-    "drift_columns",
     "artifact_accuracy",
+    "artifact_columns",
+    "drift_columns",
     "base_config_columns",
     "pgr_from_runs",
     "results_table",
@@ -192,6 +193,18 @@ def base_config_columns(keys: list[dict]) -> dict[str, list[str | None]]:
     return {f"cfg.{n}": [f.get(n) for f in flats] for n in sorted(differ)}
 
 
+def artifact_columns(df: pd.DataFrame, pair_ids: list) -> dict[str, list]:
+    """Per scored pair, from the split's ``meta``: ``artifact_side`` (the side carrying the planted
+    artefact, "chosen" / "rejected", or None) and ``artifact_seen`` (whether the teacher's copy
+    carried it: True / False, None without an artefact). Stored in ``scores.parquet`` so that
+    reading a run's marked / clean accuracy never rebuilds its data."""
+    meta = dict(zip(df["pair_id"], df["meta"])) if "meta" in df else {}
+    side = [(meta.get(p) or {}).get("artifact_side") for p in pair_ids]
+    seen = [(meta.get(p) or {}).get("artifact_teacher_visible") if s else None
+            for p, s in zip(pair_ids, side)]
+    return {"artifact_side": side, "artifact_seen": pd.array(seen, dtype="boolean")}
+
+
 def artifact_accuracy(run_dir: str | Path) -> dict[str, tuple[float, int]]:
     """ID (``source_test``) accuracy of a finished run split by whether the pair carries the
     planted artefact: ``{"marked": (acc, n), "clean": (acc, n)}``; ``{}`` without an artefact.
@@ -210,20 +223,17 @@ def artifact_accuracy(run_dir: str | Path) -> dict[str, tuple[float, int]]:
         return {}
     scores = pd.read_parquet(run_dir / "scores.parquet")
     scores = scores[scores["split"] == "source_test"]
-    if "artifact_side" in scores:
-        side = {p: (v if isinstance(v, str) else None)  # a missing side reads back as None / NaN
-                for p, v in zip(scores["pair_id"], scores["artifact_side"])}
-        seen = {p: (None if pd.isna(v) else bool(v))
-                for p, v in zip(scores["pair_id"], scores["artifact_seen"])}
-    else:  # a run stored before the columns existed: rebuild its split
+    if "artifact_side" not in scores:  # a run stored before the columns existed: rebuild them
         if data.pop("split_protocol", None) != SPLIT_PROTOCOL:
             logger.warning("%s was made with an older split protocol: its marked / clean split "
                            "cannot be rebuilt", run_dir)
             return {}
         src = prepare_data(DataConfig(**data))["source_test"]
-        side = {pid: (m or {}).get("artifact_side") for pid, m in zip(src["pair_id"], src["meta"])}
-        seen = {pid: (m or {}).get("artifact_teacher_visible")
-                for pid, m in zip(src["pair_id"], src["meta"])}
+        scores = scores.assign(**artifact_columns(src, list(scores["pair_id"])))
+    side = {p: (v if isinstance(v, str) else None)  # a missing side reads back as None / NaN
+            for p, v in zip(scores["pair_id"], scores["artifact_side"])}
+    seen = {p: (None if pd.isna(v) else bool(v))
+            for p, v in zip(scores["pair_id"], scores["artifact_seen"])}
     correct = per_pair_correct(scores["r_chosen"].to_numpy(), scores["r_rejected"].to_numpy())
     groups = ["marked" if side.get(p) else "clean" for p in scores["pair_id"]]
     out = accuracy_by_group(correct, groups)

@@ -43,13 +43,13 @@ from anchorviz.pipeline.results import (
     _bootstrap_groups,
     _label_stats,
     _transfer_block,
+    artifact_columns,
 )
 from anchorviz.training.loop import Objective, TrainConfig, score_pairs, train_reward_model
 
 logger = logging.getLogger(__name__)
 
 __all__ = [
-    "artifact_columns",
     "RunResult",
     "anchor_reference",
     "ensure_reference_capture",
@@ -118,18 +118,6 @@ def evaluate_model(model, tok, data, cfg: RunConfig, capture: bool):
             frame = frame.assign(**artifact_columns(data[split], enc.pair_ids))
         rows.append(frame)
     return pd.concat(rows, ignore_index=True), caps
-
-
-def artifact_columns(df: pd.DataFrame, pair_ids: list) -> dict[str, list]:
-    """Per scored pair, from the split's ``meta``: ``artifact_side`` (the side carrying the planted
-    artefact, "chosen" / "rejected", or None) and ``artifact_seen`` (whether the teacher's copy
-    carried it: True / False, None without an artefact). Stored in ``scores.parquet`` so that
-    reading a run's marked / clean accuracy never rebuilds its data."""
-    meta = dict(zip(df["pair_id"], df["meta"])) if "meta" in df else {}
-    side = [(meta.get(p) or {}).get("artifact_side") for p in pair_ids]
-    seen = [(meta.get(p) or {}).get("artifact_teacher_visible") if s else None
-            for p, s in zip(pair_ids, side)]
-    return {"artifact_side": side, "artifact_seen": pd.array(seen, dtype="boolean")}
 
 
 _PROJECTORS: dict[str, Any] = {}
