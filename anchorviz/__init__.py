@@ -6,9 +6,11 @@ The package is laid out by the stage a preference pair goes through (docs/ARCHIT
 -> ``pipeline`` (store, steps, sweeps, the results table) -> ``viz`` (figures, widgets, report);
 ``config`` holds the run and sweep configs and ``cli`` the command line.
 
-The names a user imports first are here, loaded on first use (``import anchorviz`` stays cheap)::
+Every name the README and the notebooks use is importable from here, loaded on first use
+(``import anchorviz`` stays cheap); each also lives in exactly one stage module, named in
+``_HOMES`` below::
 
-    from anchorviz import RunConfig, run, plots
+    from anchorviz import RunConfig, run, accuracy_figure
 """
 
 import importlib
@@ -16,20 +18,33 @@ import logging
 
 __version__ = "0.2.0"  # also the package version (pyproject: dynamic); CHANGELOG.md
 
-# name -> the module that holds it (a module itself where the name is the module's last part)
-_PUBLIC = {
-    "RunConfig": "anchorviz.config",
-    "SweepConfig": "anchorviz.config",
-    "load_config": "anchorviz.config",
-    "load_sweep": "anchorviz.config",
-    "run": "anchorviz.pipeline.sweep",
-    "sweep": "anchorviz.pipeline.sweep",
-    "results_table": "anchorviz.pipeline.results",
-    "load_pairs": "anchorviz.data.readers",
-    "linear_cka": "anchorviz.analysis.drift",
-    "SweepExplorer": "anchorviz.viz.widgets",
-    "plots": "anchorviz.viz.plots",
+# name -> the module that holds it: the one documented entry point (README, notebooks)
+_HOMES = {
+    "anchorviz.config": ["RunConfig", "SweepConfig", "ConfigError", "load_config", "load_sweep",
+                         "with_overrides"],
+    "anchorviz.pipeline.sweep": ["run", "sweep"],
+    "anchorviz.pipeline.results": ["results_table"],
+    "anchorviz.pipeline.demo": ["DEFAULT_SCENARIO", "SCENARIOS", "demo_note", "demo_sweep"],
+    "anchorviz.pipeline.prepare": ["data_config", "prepare_data", "teacher_data"],
+    "anchorviz.data": ["load_pairs"],
+    "anchorviz.paths": ["read_yaml", "realdata_dir", "write_yaml"],
+    "anchorviz.data.artifacts": ["DEFAULT_MARKER", "artifact_label_correlation"],
+    "anchorviz.models": ["load_reward_model"],
+    "anchorviz.analysis.drift": ["DriftError", "OODRiskEstimator", "linear_cka"],
+    "anchorviz.analysis.summary": ["anchor_beats_naive", "best_on_source_val", "failure_mode",
+                                   "summarize", "verdict_lines"],
+    "anchorviz.viz.widgets": ["RunLauncher", "SweepExplorer"],
+    "anchorviz.viz.accuracy": ["accuracy_figure", "shortcut_figure", "transfer_figure"],
+    "anchorviz.viz.drift": ["drift_by_layer_figure", "drift_vs_ood_figure",
+                            "lambda_sweep_figure"],
+    "anchorviz.viz.projection": ["umap_figure"],
+    "anchorviz.viz.training": ["UNINFORMATIVE_BELOW", "label_confidence_figure",
+                               "loss_curve_figure"],
+    "anchorviz.viz.export": ["export_figure"],
+    "anchorviz.viz.common": ["load_results", "load_run_table", "method_label", "run_path",
+                             "select_condition", "sweep_targets"],
 }
+_PUBLIC = {name: module for module, names in _HOMES.items() for name in names}
 
 __all__ = ["__version__", *_PUBLIC]
 
@@ -37,8 +52,7 @@ __all__ = ["__version__", *_PUBLIC]
 def __getattr__(name: str):
     if name not in _PUBLIC:
         raise AttributeError(f"module 'anchorviz' has no attribute {name!r}")
-    module = importlib.import_module(_PUBLIC[name])
-    value = module if module.__name__.endswith("." + name) else getattr(module, name)
+    value = getattr(importlib.import_module(_PUBLIC[name]), name)
     globals()[name] = value  # once: later look-ups do not come here
     return value
 

@@ -11,16 +11,7 @@ import logging
 import sys
 from pathlib import Path
 
-# the demo scenario lives in anchorviz.pipeline.demo; its names stay importable from here
-from anchorviz.pipeline.demo import (  # noqa: F401
-    DEFAULT_SCENARIO,
-    DEMO_NOTE,
-    HIDDEN_NOTE,
-    OVERLAYS,
-    SCENARIOS,
-    demo_note,
-    demo_sweep,
-)
+from anchorviz.pipeline.demo import DEFAULT_SCENARIO, OVERLAYS, SCENARIOS, demo_note, demo_sweep
 
 logger = logging.getLogger("anchorviz")
 
@@ -145,7 +136,7 @@ def cmd_report(args) -> int:
     report = _write_report(path, args.output)
     print(f"HTML report: {report}")
     if getattr(args, "figures", None):
-        from anchorviz.viz.plots import ExportError
+        from anchorviz.viz.export import ExportError
         from anchorviz.viz.report import write_figures
 
         folder = Path(report).parent / "figures"

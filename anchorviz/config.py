@@ -20,14 +20,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import torch
-
-from anchorviz.training.loop import TrainConfig
-from anchorviz.training.losses import is_layer_spec
-
 logger = logging.getLogger(__name__)
 
 __all__ = [
+    "OPTIMIZERS",
+    "TrainConfig",
+    "TrainError",
     "DATASET_ENTRY_KEYS",
     "METHODS",
     "CaptureConfig",
@@ -60,6 +58,62 @@ METHODS = ("naive", "confidence", "anchor", "seam")
 
 class ConfigError(ValueError):
     """A config value or key that is not allowed; the message names the key and what is expected."""
+
+
+# the optimiser choices of `TrainConfig.optimizer` (anchorviz.training.loop builds them)
+OPTIMIZERS = ("adamw_fused", "adamw_foreach", "adamw")
+
+
+class TrainError(ValueError):
+    """A training configuration or input that cannot work."""
+
+
+@dataclass
+class TrainConfig:
+    """Optimiser and loop settings (one flat set of named values)."""
+
+    lr: float = 5e-5
+    head_lr: float | None = None  # the zero-initialised reward head's lr (None: same as lr)
+    epochs: float = 2.0
+    batch_size: int = 16
+    grad_accum: int = 1
+    warmup_frac: float = 0.1
+    weight_decay: float = 0.0
+    max_grad_norm: float = 1.0
+    seed: int = 0
+    eval_every: int = 0  # optimiser steps between validations; 0 = once per epoch
+    early_stopping: bool = False  # keep the weights of the best validation and stop on patience
+    patience: int = 2
+    device: str = "cpu"
+    bf16: bool = False  # autocast to bfloat16 (through Accelerate; CUDA)
+    gradient_checkpointing: bool = False
+    progress: bool = True
+    # AdamW implementation: "adamw_fused" (one fused kernel per step; CPU and CUDA, torch >= 2.4),
+    # "adamw_foreach" (multi-tensor), "adamw" (the per-parameter loop). Same maths; the float
+    # rounding differs, so it is part of every run key
+    optimizer: str = "adamw_fused"
+
+    def validate(self) -> None:
+        checks = {
+            "lr": self.lr > 0 and math.isfinite(self.lr),
+            "head_lr": self.head_lr is None or (self.head_lr > 0 and math.isfinite(self.head_lr)),
+            "epochs": self.epochs > 0,
+            "batch_size": self.batch_size >= 1,
+            "grad_accum": self.grad_accum >= 1,
+            "warmup_frac": 0 <= self.warmup_frac < 1,
+            "weight_decay": self.weight_decay >= 0,
+            "max_grad_norm": self.max_grad_norm > 0,
+            "patience": self.patience >= 1,
+            "optimizer": self.optimizer in OPTIMIZERS,
+        }
+        bad = [k for k, ok in checks.items() if not ok]
+        if bad:
+            raise TrainError(
+                "invalid training setting(s): "
+                + ", ".join(f"{k}={getattr(self, k)!r}" for k in bad)
+                + " (lr > 0, epochs > 0, batch_size >= 1, grad_accum >= 1, 0 <= warmup_frac < 1, "
+                f"weight_decay >= 0, max_grad_norm > 0, patience >= 1, optimizer one of {OPTIMIZERS})"
+            )
 
 
 @dataclass
@@ -184,6 +238,8 @@ class RunConfig:
             logger.warning("method anchor with anchor_lambda 0 trains exactly like naive")
         if not m.label_temperature > 0:
             raise ConfigError(f"method.label_temperature must be > 0, got {m.label_temperature!r}")
+        from anchorviz.training.losses import is_layer_spec
+
         if not is_layer_spec(m.anchor_layers):
             raise ConfigError("method.anchor_layers must be 'last', 'middle', 'all' or comma-separated "
                               f"layer indices >= 0 such as '3,5', got {m.anchor_layers!r}")
@@ -228,8 +284,6 @@ class RunConfig:
             raise ConfigError(f"models.dtype must be float32 or bfloat16, got {self.models.dtype!r}")
         if self.capture.projection not in ("auto", "umap", "pca", "none"):
             raise ConfigError(f"capture.projection must be auto|umap|pca|none, got {self.capture.projection!r}")
-        from anchorviz.training.loop import TrainError
-
         for name in ("teacher_train", "student_train"):
             try:
                 getattr(self, name).validate()
@@ -260,6 +314,8 @@ class RunConfig:
         _check_int(c.token_sample, "capture.token_sample", 0, "(0 = no token sample)")
         _check_int(c.projection_fit_rows, "capture.projection_fit_rows", 2, "rows")
         _check_int(c.n_boot, "capture.n_boot", 1, "bootstrap resamples")
+        from anchorviz.training.losses import is_layer_spec
+
         if not is_layer_spec(c.layers):
             raise ConfigError("capture.layers must be 'all', 'last', 'middle' or comma-separated "
                               f"layer indices >= 0 such as '0,3,6', got {c.layers!r}")
@@ -300,7 +356,7 @@ def _check_model_name(name: str, where: str) -> None:
     """`ConfigError` naming ``where`` unless ``name`` is a zoo model, an existing local folder
     or a plausible hub id (``org/name``): checked before anything trains, so a misspelt student
     fails now, not after the teacher has trained. Nothing is downloaded or prepared here."""
-    from anchorviz.models.zoo import ZOO, _unknown_message
+    from anchorviz.models.zoo import ZOO, unknown_message
 
     if name in ZOO:
         return
@@ -316,7 +372,7 @@ def _check_model_name(name: str, where: str) -> None:
         return
     if "/" in name:
         raise ConfigError(f"{where}: {name!r} is neither a local folder nor an 'org/name' hub id")
-    raise ConfigError(f"{where}: {_unknown_message(name)}")
+    raise ConfigError(f"{where}: {unknown_message(name)}")
 
 
 #: the keys of a dataset given as a mapping in ``data.source`` / ``data.targets``
@@ -386,7 +442,7 @@ def check_dataset_entry(entry: Any, where: str) -> None:
                               f"such column, or a list of candidate names), got {v!r}")
     from anchorviz.data.adapters import ADAPTERS
 
-    manifests = _dataset_manifests()
+    manifests = dataset_manifests()
     adapter = manifests[path]["adapter"] if path in manifests else "pairs"
     if adapter not in ADAPTERS:
         raise ConfigError(f"{where}.column_map: dataset {path!r} has no columns to map")
@@ -406,6 +462,8 @@ def _check_device(device: Any, where: str) -> None:
     """A device torch knows and this machine has: ``cpu``, ``cuda[:i]`` or ``mps``.
     ``$ANCHORVIZ_REMOTE_DEVICES=1`` skips the "this machine has it" part, for a driver that
     only hands the runs to other machines (e.g. GPU workers of a Ray cluster)."""
+    import torch
+
     if not isinstance(device, str) or not device.strip():
         raise ConfigError(f"{where} must be a device name such as 'cpu' or 'cuda', got {device!r}")
     try:
@@ -435,25 +493,25 @@ def _check_device(device: Any, where: str) -> None:
 _MANIFESTS: dict[str, dict] = {}
 
 
-def _dataset_manifests() -> typing.Mapping[str, dict]:
+def dataset_manifests() -> typing.Mapping[str, dict]:
     """The named datasets' manifests (read once per process: keys and validation ask often), as
     a read-only view: no caller can change what the next one reads."""
     if not _MANIFESTS:
-        from anchorviz.data.readers import _manifests
+        from anchorviz.data.readers import known_manifests
 
-        _MANIFESTS.update(_manifests())
+        _MANIFESTS.update(known_manifests())
     return types.MappingProxyType(_MANIFESTS)
 
 
 def _dataset_identity(name: str) -> str:
     """A dataset's name, or the resolved file behind a local path (or a manifest's local file)."""
-    from anchorviz.data.readers import _manifest_local_path
+    from anchorviz.data.readers import manifest_local_path
 
-    manifests = _dataset_manifests()
+    manifests = dataset_manifests()
     if name in manifests:
         if manifests[name].get("local_file"):
             try:
-                return str(_manifest_local_path(manifests[name]).resolve())
+                return str(manifest_local_path(manifests[name]).resolve())
             except Exception:  # realdata folder absent ...: the name alone
                 return name
         return name
@@ -529,7 +587,7 @@ def _read_settings_file(path: str | Path, what: str, empty_hint: str) -> tuple[A
     """``(parsed YAML, path)`` of a config or sweep file; a missing, invalid or empty file is a
     `ConfigError` naming it (an empty file, or one of comments only, would otherwise start a
     long default run)."""
-    from anchorviz.pipeline.store import read_yaml
+    from anchorviz.paths import read_yaml
 
     path = Path(path)
     if not path.is_file():
@@ -581,11 +639,11 @@ def target_name(dataset: str | dict) -> str:
         dataset = dataset_path(dataset)
     if dataset.startswith("vader-"):
         short = dataset.split("vader-", 1)[-1]
-    elif dataset not in _dataset_manifests() and _names_a_path(dataset):
-        from anchorviz.data.readers import _kind, _strip_gz
+    elif dataset not in dataset_manifests() and _names_a_path(dataset):
+        from anchorviz.data.readers import file_kind, strip_gz
 
-        short = _strip_gz(Path(dataset).expanduser().name)
-        kind = _kind(Path(short))
+        short = strip_gz(Path(dataset).expanduser().name)
+        kind = file_kind(Path(short))
         if kind and len(short) > len(kind):
             short = short[: -len(kind)]
     else:
@@ -596,9 +654,9 @@ def target_name(dataset: str | dict) -> str:
 def _names_a_path(name: str) -> bool:
     """A dataset string that is a local file or folder (or written as one: absolute, ``./``,
     ``~``, or a data file's extension), not a dataset name or a hub id."""
-    from anchorviz.data.readers import _looks_like_path
+    from anchorviz.data.readers import looks_like_path
 
-    return Path(name).expanduser().exists() or _looks_like_path(name)
+    return Path(name).expanduser().exists() or looks_like_path(name)
 
 
 @dataclass

@@ -10,6 +10,9 @@ import os
 import re
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
+
+import yaml
 
 __all__ = [
     "FULL_HASH_BELOW",
@@ -192,3 +195,42 @@ def bars_off(progress: bool) -> bool:
     """Whether a progress bar stays hidden: asked off, or ``TQDM_DISABLE`` set (worker processes
     of a parallel sweep set it, so that only the parent draws progress lines)."""
     return not progress or os.environ.get("TQDM_DISABLE", "").lower() in ("1", "true", "yes")
+
+
+def write_yaml(path: Path, obj: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(obj, sort_keys=False))
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that refuses a mapping with the same key twice (PyYAML keeps the
+    last one silently, so ``lr: 1e-3`` then ``lr: 1e-5`` would run with 1e-5 without a word)."""
+
+
+def _strict_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
+    seen: dict[Any, int] = {}
+    for key_node, _ in node.value:
+        if key_node.tag == "tag:yaml.org,2002:merge":  # '<<: *base' may be overridden
+            continue
+        key = loader.construct_object(key_node, deep=True)
+        try:
+            first = seen.get(key)
+        except TypeError:  # an unhashable key: SafeLoader names it below
+            continue
+        if first is not None:
+            raise yaml.constructor.ConstructorError(
+                "while constructing a mapping", node.start_mark,
+                f"found duplicate key {key!r} (first given on line {first + 1})",
+                key_node.start_mark)
+        seen[key] = key_node.start_mark.line
+    return yaml.SafeLoader.construct_mapping(loader, node, deep=deep)
+
+
+_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _strict_mapping)
+
+
+def read_yaml(path: Path) -> Any:
+    """YAML through a safe loader only (a file from elsewhere cannot construct objects); a
+    mapping with a duplicate key is an error, not "the last one wins"."""
+    with open(path, encoding="utf-8") as f:
+        return yaml.load(f, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass

@@ -38,7 +38,7 @@ def bare_pass(model, encoded, batch_size: int, hidden: bool = False) -> float:
     """Backbone forward over every pair in capture's batch order; returns a checksum."""
     import torch
 
-    from anchorviz.train import joint_batch
+    from anchorviz.training.loop import joint_batch
 
     order = np.argsort(encoded.lengths(), kind="stable")
     total = 0.0
@@ -53,7 +53,7 @@ def bare_pass(model, encoded, batch_size: int, hidden: bool = False) -> float:
 
 
 def capture_pass(model, encoded, batch_size: int):
-    from anchorviz.capture import capture_states
+    from anchorviz.analysis.capture import capture_states
 
     return capture_states(model, encoded, layers="all", batch_size=batch_size, progress=False)
 
@@ -134,7 +134,7 @@ def main(argv: list[str] | None = None) -> None:
     from bench_step import load_data
 
     from anchorviz.models import load_reward_model
-    from anchorviz.tokenization import encode_pairs
+    from anchorviz.models.tokenization import encode_pairs
 
     if args.threads:
         import torch

@@ -2,8 +2,8 @@
 
 Compares, on the same random float32 data (one student / reference pair per layer):
 
-- ``feature``  -- ``anchorviz.drift.linear_cka``: O(n d^2) time, O(d^2) memory, float64.
-- ``gram``     -- ``anchorviz.drift.gram_linear_cka``: the textbook n x n form in numpy float64
+- ``feature``  -- ``anchorviz.analysis.drift.linear_cka``: O(n d^2) time, O(d^2) memory, float64.
+- ``gram``     -- ``anchorviz.analysis.drift.gram_linear_cka``: the textbook n x n form in numpy float64
                   (float32 if the machine's free memory forces it; the table says which).
 - ``ckatorch`` -- ``ckatorch.cka_base(x, y)`` from the published ``ckatorch`` package (PyPI),
                   linear kernel, Gram form in torch float64. Used only if importable, e.g. after
@@ -76,7 +76,7 @@ def _layer_data(n: int, d: int, layer: int, seed: int) -> tuple[np.ndarray, np.n
 
 def _method(name: str, gram_dtype: str):
     sys.path.insert(0, str(REPO))
-    from anchorviz.drift import gram_linear_cka, linear_cka
+    from anchorviz.analysis.drift import gram_linear_cka, linear_cka
 
     if name == "feature":
         return lambda x, y: linear_cka(x, y)
@@ -305,9 +305,9 @@ def _markdown(results, args, command, ck_version, load_before, load_after, elaps
         f"{load_after[0]:.1f} after (the cores are shared, so times carry that noise). "
         f"Whole run: {elapsed / 60:.1f} min.",
         "",
-        "- **feature**: `anchorviz.drift.linear_cka` (float64 statistics X^T X, Y^T Y, X^T Y over "
+        "- **feature**: `anchorviz.analysis.drift.linear_cka` (float64 statistics X^T X, Y^T Y, X^T Y over "
         "64 MiB row chunks; no n x n matrix).",
-        "- **gram**: `anchorviz.drift.gram_linear_cka`, n x n Gram matrices K = X X^T, L = Y Y^T in "
+        "- **gram**: `anchorviz.analysis.drift.gram_linear_cka`, n x n Gram matrices K = X X^T, L = Y Y^T in "
         "numpy float64 (plain GEMM: numpy's syrk path for `a @ a.T` segfaults in OpenBLAS "
         "0.3.30/0.3.31 on this SkylakeX CPU once n passes ~16,000), centred in place (HKH).",
         f"- **ckatorch**: `ckatorch.cka_base(x, y)` (linear kernel, biased), ckatorch "

@@ -100,8 +100,8 @@ def printed_table(log_text: str) -> str:
 
 def warm_models(quick: bool) -> list[str]:
     """Prepare (extract / verify) the demo's zoo models once, outside every timing."""
-    from anchorviz.cli import demo_sweep
-    from anchorviz.zoo import resolve_model
+    from anchorviz.models.zoo import resolve_model
+    from anchorviz.pipeline.demo import demo_sweep
 
     models = demo_sweep(quick=quick).base.models
     names = []

@@ -118,7 +118,7 @@ def _random_backbone(spec: str, seed: int):
     import torch
     from transformers import AutoConfig, AutoModel, AutoTokenizer, BertConfig, LlamaConfig
 
-    from anchorviz.zoo import resolve_model
+    from anchorviz.models.zoo import resolve_model
 
     if spec in PRESETS:
         p = PRESETS[spec]
@@ -155,10 +155,11 @@ def setup_variant(name: str, args, pairs: pd.DataFrame) -> Setup:
     """Load the model of ``name``, encode the pairs, build its reference (timed as setup)."""
     import torch
 
-    from anchorviz.losses import resolve_anchor_layers
-    from anchorviz.reference import make_reference
-    from anchorviz.tokenization import encode_pairs
-    from anchorviz.train import Objective, TrainConfig
+    from anchorviz.config import TrainConfig
+    from anchorviz.models.tokenization import encode_pairs
+    from anchorviz.training.loop import Objective
+    from anchorviz.training.losses import resolve_anchor_layers
+    from anchorviz.training.reference import make_reference
 
     torch.manual_seed(args.seed)
     model, tok = load_model(args, lora=name in ("lora-naive", "anchor-adapter_off"))
@@ -189,7 +190,7 @@ def step_seconds(s: Setup, n_pairs: int | None = None) -> float:
     forward, and the steady time is (end of the call - start of step 1) / (steps - 1). A
     one-step call returns the loop's own time for its single step.
     """
-    from anchorviz.train import train_reward_model
+    from anchorviz.training.loop import train_reward_model
 
     train, q = s.train, s.q
     if n_pairs is not None:  # rows 0..n-1 keep their row numbers, so a cache stays valid
@@ -220,8 +221,6 @@ def worker(name: str, args) -> dict:
     pairs = load_data(args.data, args.batch_size * args.mem_steps, args.seed)
     import transformers  # noqa: F401 - imported before the peak counter is reset
 
-    import anchorviz.reference  # noqa: F401
-    import anchorviz.train  # noqa: F401
 
     hwm_reset = common.reset_peak_rss()
     rss0 = common.current_rss_mb()
@@ -296,7 +295,7 @@ def reference_costs(setups: dict, args, log=print) -> dict[str, list[float]]:
     anchored layers' states (what the reference forward of ``copy`` repeats). Interleaved."""
     import torch
 
-    from anchorviz.train import joint_batch
+    from anchorviz.training.loop import joint_batch
 
     first = next(iter(setups.values()))
     idx = list(range(min(args.batch_size, len(first.train))))

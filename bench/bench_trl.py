@@ -198,8 +198,8 @@ def prepare(args, tmp: Path, pairs=None):
     import numpy as np
 
     from anchorviz.models import load_reward_model
-    from anchorviz.tokenization import encode_pairs
-    from anchorviz.zoo import resolve_model
+    from anchorviz.models.tokenization import encode_pairs
+    from anchorviz.models.zoo import resolve_model
 
     n = args.batch_size * args.steps
     if pairs is None:
@@ -230,7 +230,8 @@ _OPT_KIND = {"adamw_fused": "fused", "adamw_foreach": "foreach", "adamw": "singl
 def anchorviz_run(model, enc, args, optimizer: str | None = None) -> dict:
     import numpy as np
 
-    from anchorviz.train import TrainConfig, train_reward_model
+    from anchorviz.config import TrainConfig
+    from anchorviz.training.loop import train_reward_model
 
     opt = {"optimizer": optimizer} if optimizer else {}  # else the package default
     cfg = TrainConfig(lr=5e-5, epochs=1, batch_size=args.batch_size, seed=args.seed,

@@ -1,4 +1,4 @@
-"""Benchmark: response time of the sweep explorer (``anchorviz.widgets.SweepExplorer``).
+"""Benchmark: response time of the sweep explorer (``anchorviz.viz.widgets.SweepExplorer``).
 
 Builds a stored sweep (``tests/fake_sweep.py``'s writer, sized like the full demo: 400 pairs per
 test split, source + 3 targets, 2 map layers; or ``--sweep DIR`` for a real finished sweep),
@@ -67,7 +67,7 @@ def random_changes(explorer, n: int, seed: int = 0) -> list[dict]:
 
 
 def measure(sweep_dir: Path, changes: int, seed: int = 0, log=print) -> dict:
-    from anchorviz.widgets import SweepExplorer
+    from anchorviz.viz.widgets import SweepExplorer
 
     t0 = time.perf_counter()
     explorer = SweepExplorer(sweep_dir)

@@ -15,8 +15,8 @@ import sys
 
 import pandas as pd
 
-from anchorviz.experiment import results_table
-from anchorviz.plots import load_run_table, run_path
+from anchorviz.pipeline.results import results_table
+from anchorviz.viz.common import load_run_table, run_path
 
 
 def anchor_scale(sweep_dir: str) -> pd.DataFrame:

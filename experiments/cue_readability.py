@@ -4,7 +4,7 @@ The question that separates a *readable* cue (one a head on frozen pretrained fe
 so anchoring the representation cannot stop a student from exploiting it) from a *drift-borne*
 cue (one the student must reshape its layers to read, where anchoring should help).
 
-Each kind of artefact (`anchorviz.artifacts`) is planted on the chosen side of the demo's
+Each kind of artefact (`anchorviz.data.artifacts`) is planted on the chosen side of the demo's
 source pairs (VADER movie reviews; seeded split, max 48 tokens):
 
 - ``marker``: " [verified]" on the chosen response;
@@ -39,11 +39,12 @@ import pandas as pd
 from sklearn.linear_model import LogisticRegression
 from sklearn.preprocessing import StandardScaler
 
-from anchorviz.artifacts import apply_artifact
-from anchorviz.capture import capture_states
-from anchorviz.experiment import data_config, prepare_data
-from anchorviz.models import load_reward_model, load_run_model
-from anchorviz.tokenization import encode_pairs
+from anchorviz.analysis.capture import capture_states
+from anchorviz.data.artifacts import apply_artifact
+from anchorviz.models import load_reward_model
+from anchorviz.models.tokenization import encode_pairs
+from anchorviz.pipeline.prepare import data_config, prepare_data
+from anchorviz.pipeline.store import load_run_model
 
 logger = logging.getLogger("cue_readability")
 
@@ -98,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--doc", default=None)
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
-    from anchorviz.cli import demo_sweep
+    from anchorviz.pipeline.demo import demo_sweep
 
     base = demo_sweep().base
     base.data.artifact_kind, base.data.artifact_strength = "none", 0.0

@@ -34,12 +34,15 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from anchorviz.artifacts import teacher_view
-from anchorviz.experiment import DataConfig, prepare_data, results_table
-from anchorviz.models import ModelError, load_run_model
-from anchorviz.store import read_yaml
-from anchorviz.tokenization import encode_pairs
-from anchorviz.train import score_pairs
+from anchorviz.config import DataConfig
+from anchorviz.data.artifacts import teacher_view
+from anchorviz.models import ModelError
+from anchorviz.models.tokenization import encode_pairs
+from anchorviz.paths import read_yaml
+from anchorviz.pipeline.prepare import prepare_data
+from anchorviz.pipeline.results import results_table
+from anchorviz.pipeline.store import load_run_model
+from anchorviz.training.loop import score_pairs
 
 logger = logging.getLogger("cue_reliance")
 

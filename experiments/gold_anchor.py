@@ -1,6 +1,6 @@
 """Does ANCHOR stop a strong model from taking a drift-borne shortcut when its labels are GOLD?
 
-The echo cue (`anchorviz.artifacts`, kind ``echo``) is learned by a MiniLM-L6 trained on gold
+The echo cue (`anchorviz.data.artifacts`, kind ``echo``) is learned by a MiniLM-L6 trained on gold
 labels with lr 1e-4 for 4 epochs (the ceiling of ``docs/results_echo_lr1e-4_4ep.md``: 97.9% on
 echo-marked source pairs, 77.5% on clean ones, OOD 73.8), but not by the weak teacher, so the
 weak-to-strong pipeline never gets to test anchoring against it. This script trains the same
@@ -22,25 +22,19 @@ import numpy as np
 import pandas as pd
 import torch
 
-from anchorviz.experiment import (
-    _encode,
-    _load,
-    _seeded,
-    anchor_reference,
-    data_config,
-    prepare_data,
-)
-from anchorviz.losses import resolve_anchor_layers
-from anchorviz.metrics import per_pair_correct
-from anchorviz.train import Objective, score_pairs, train_reward_model
+from anchorviz.analysis.metrics import per_pair_correct
+from anchorviz.pipeline.prepare import data_config, prepare_data
+from anchorviz.pipeline.steps import _encode, _load, _seeded, anchor_reference
+from anchorviz.training.loop import Objective, score_pairs, train_reward_model
+from anchorviz.training.losses import resolve_anchor_layers
 
 logger = logging.getLogger("gold_anchor")
 
 
 def echo_config(seed: int):
     """The echo scenario of docs/results_echo_lr1e-4_4ep.md for one seed."""
-    from anchorviz.cli import demo_sweep
-    from anchorviz.experiment import with_overrides
+    from anchorviz.config import with_overrides
+    from anchorviz.pipeline.demo import demo_sweep
 
     base = demo_sweep().base
     return with_overrides(base, **{"data.artifact_kind": "echo",

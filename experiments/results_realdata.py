@@ -21,8 +21,9 @@ from pathlib import Path
 
 from results_vader import markdown
 
-from anchorviz.experiment import RunConfig, SweepConfig, sweep
+from anchorviz.config import RunConfig, SweepConfig
 from anchorviz.paths import realdata_dir
+from anchorviz.pipeline.sweep import sweep
 
 # (source, target, split sizes: teacher_train, w2s_train, val, source_test, target_test)
 TRANSFERS = {

@@ -19,15 +19,16 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-from anchorviz.cli import demo_sweep
-from anchorviz.experiment import sweep, with_overrides
-from anchorviz.summary import (
+from anchorviz.analysis.summary import (
     anchor_beats_naive,
     best_on_source_val,
     failure_mode,
     points,
     summarize,
 )
+from anchorviz.config import with_overrides
+from anchorviz.pipeline.demo import demo_sweep
+from anchorviz.pipeline.sweep import sweep
 
 
 def _p(p: float) -> str:
@@ -116,7 +117,7 @@ def markdown(results: pd.DataFrame, command: str, note: str = "") -> str:
         out.append(f"| {strength:g} | {fm['n_seeds']} | {points(fm['wrg']['mean'], fm['wrg']['hw'])} | "
                    f"{pooled_cell} | {per_target} | {verdict} | {strict} | {chosen} | {diff} | "
                    f"{beyond} |")
-    out += ["", "Failure mode (`anchorviz.summary.failure_mode`) = the naive student's WRG has its "
+    out += ["", "Failure mode (`anchorviz.analysis.summary.failure_mode`) = the naive student's WRG has its "
             "95% t-interval over seeds above 0 AND WRG - AOG (paired over seeds) has its interval "
             "above 0, pooled over targets or on some target; per target, the one-sided paired "
             "t-tests of WRG - AOG > 0 are Holm-adjusted across targets (p_holm < 0.025, the level "

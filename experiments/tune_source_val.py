@@ -16,10 +16,12 @@ import time
 
 import numpy as np
 
-from anchorviz.cli import demo_sweep
-from anchorviz.experiment import _encode, _load, prepare_data, soft_labels
-from anchorviz.metrics import pairwise_accuracy
-from anchorviz.train import TrainConfig, score_pairs, train_reward_model
+from anchorviz.analysis.metrics import pairwise_accuracy
+from anchorviz.config import TrainConfig
+from anchorviz.pipeline.demo import demo_sweep
+from anchorviz.pipeline.prepare import prepare_data
+from anchorviz.pipeline.steps import _encode, _load, soft_labels
+from anchorviz.training.loop import score_pairs, train_reward_model
 
 
 def main() -> None:

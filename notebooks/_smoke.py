@@ -25,17 +25,11 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 
-from anchorviz.cli import SCENARIOS, build_parser, demo_sweep
-from anchorviz.experiment import (
-    SweepConfig,
-    expand_sweep,
-    run_id_for,
-    student_key,
-    sweep,
-    teacher_key,
-    with_overrides,
-)
-from anchorviz.pipeline.demo import OVERLAYS
+from anchorviz.cli import build_parser
+from anchorviz.config import SweepConfig, expand_sweep, with_overrides
+from anchorviz.pipeline.demo import OVERLAYS, SCENARIOS, demo_sweep
+from anchorviz.pipeline.keys import run_id_for, student_key, teacher_key
+from anchorviz.pipeline.sweep import sweep
 
 Sweeps = SweepConfig | Sequence[SweepConfig]
 
@@ -188,7 +182,7 @@ def run_minutes(sw: Sweeps, kind: str) -> tuple[float, float]:
 def plan(sw: Sweeps, folder: str | os.PathLike) -> dict:
     """What running ``sw`` into ``folder`` will cost: ``{"total", "stored", "missing" (run ids
     to train), "cpu_minutes" (low, high), "wall_minutes" (low, high), "jobs"}``."""
-    from anchorviz.runner import default_jobs
+    from anchorviz.pipeline.runner import default_jobs
 
     folder = Path(folder)
     runs = sweep_runs(sw)
@@ -240,9 +234,11 @@ def ensure_sweep(sw: Sweeps, folder: str | os.PathLike):
 
 
 def _sweep_together(sweeps: list[SweepConfig], folder: str | os.PathLike):
-    from anchorviz.experiment import data_config, prepare_data, results_table
-    from anchorviz.runner import build_graph, run_graph
-    from anchorviz.store import RunStore, write_yaml
+    from anchorviz.pipeline.prepare import data_config, prepare_data
+    from anchorviz.pipeline.results import results_table
+    from anchorviz.pipeline.runner import build_graph, run_graph
+    from anchorviz.pipeline.store import RunStore
+    from anchorviz.paths import write_yaml
 
     store = RunStore(folder)
     store.clean_temporaries()

@@ -91,10 +91,10 @@ def dec_tok():
 @pytest.fixture
 def count_training(monkeypatch):
     """The ``desc`` of every ``train_reward_model`` call the pipeline makes (in this process)."""
-    import anchorviz.experiment as ex
+    from anchorviz.training.loop import train_reward_model
 
     calls = []
-    real = ex.train_reward_model
+    real = train_reward_model
 
     def counting(*a, **k):
         calls.append(k.get("desc"))
@@ -183,7 +183,7 @@ def write_yaml_text(tmp_path: Path, text: str, name: str = "c.yaml") -> Path:
 def tiny_model_and_pairs(n: int = 8):
     """A tiny encoder reward model and ``n`` toy pairs encoded for it (max_length 16)."""
     from anchorviz.models import RewardModel
-    from anchorviz.tokenization import encode_pairs
+    from anchorviz.models.tokenization import encode_pairs
 
     tok = word_tokenizer("encoder")
     model = RewardModel(tiny_backbone("encoder", vocab_size=len(tok), layers=2))

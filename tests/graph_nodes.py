@@ -33,7 +33,7 @@ def kill_first_student_mid_run(kind: str, config: dict, out_dir: str) -> dict:
     import signal
 
     import anchorviz.pipeline.steps as steps  # where the pipeline calls train_reward_model
-    from anchorviz.runner import execute_node
+    from anchorviz.pipeline.runner import execute_node
 
     marker = Path(out_dir) / "killed-once.txt"
     if kind != "student" or config["method"]["name"] != "naive" or marker.exists():

@@ -67,17 +67,17 @@ def install_hooks(log: EventLog, kill: str | None, reverse: bool) -> None:
     """Monkeypatch the pipeline: event logging everywhere, one SIGKILL point if asked."""
     import pandas as pd
 
-    import anchorviz.capture as capture_mod
+    import anchorviz.analysis.capture as capture_mod
     import anchorviz.pipeline.steps as steps_mod
+    import anchorviz.pipeline.store as store_mod
     import anchorviz.pipeline.sweep as sweep_mod
-    import anchorviz.store as store_mod
 
     kind, *nums = (kill or "none").split(":")
     args = [int(x) for x in nums]
     state: dict[str, Any] = {"run": "-", "commits": 0, "in_commit": 0, "hashed": 0,
                              "trains": 0, "ref_files": 0}
 
-    real_guarded = steps_mod._run_guarded
+    real_guarded = steps_mod.run_guarded
 
     def guarded(store, run_id, key, body):
         def logged_body(tmp):
@@ -90,7 +90,7 @@ def install_hooks(log: EventLog, kill: str | None, reverse: bool) -> None:
             log.write("done", run_id)
         return res
 
-    steps_mod._run_guarded = guarded
+    steps_mod.run_guarded = guarded
 
     real_train = steps_mod.train_reward_model
 
@@ -181,11 +181,12 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     torch.set_num_threads(args.threads)
-    import anchorviz.experiment as ex
+    from anchorviz.config import load_sweep
+    from anchorviz.pipeline.sweep import sweep
 
     log = EventLog(args.log)
     install_hooks(log, args.kill, args.reverse)
-    sw = ex.load_sweep(args.sweep_yaml)
+    sw = load_sweep(args.sweep_yaml)
     log.write("ready")
     deadline = time.monotonic() + 120
     while args.barrier and log.count("ready") < args.barrier:
@@ -193,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
             print("barrier timed out", file=sys.stderr)
             return 3
         time.sleep(0.02)
-    ex.sweep(sw, args.out)
+    sweep(sw, args.out)
     log.write("finished")
     return 0
 

@@ -20,9 +20,9 @@ import torch
 from conftest import word_tokenizer
 from tiny_project import save_tiny_model, write_pairs
 
-from anchorviz.analyse import analyse, load_checkpoint_model, summary_lines
 from anchorviz.data import load_pairs
-from anchorviz.tokenization import encode_pairs
+from anchorviz.models.tokenization import encode_pairs
+from anchorviz.pipeline.analyse import analyse, load_checkpoint_model, summary_lines
 
 trl = pytest.importorskip("trl")  # a dev dependency (pyproject); CI has it
 
@@ -145,7 +145,7 @@ def test_trl_reward_trainer_checkpoint_round_trip(trl_checkpoint, tmp_path):
     text = "\n".join(summary_lines(res))
     assert "read as trained" in text and "nyt (unlabelled)" in text
 
-    from anchorviz.report import write_report
+    from anchorviz.viz.report import write_report
 
     html = write_report(out).read_text()
     assert "checkpoint:trl-rm" in html
@@ -254,8 +254,8 @@ def test_encoder_classifier_and_value_head(tmp_path):
 
 
 def test_refusals(trl_checkpoint, tmp_path):
-    from anchorviz.analyse import AnalyseError
     from anchorviz.models import ModelError
+    from anchorviz.pipeline.analyse import AnalyseError
 
     base, ckpt = trl_checkpoint
     with pytest.raises(ModelError, match="no value head"):  # a bare backbone is no reward model
@@ -291,8 +291,9 @@ def test_label_free_estimate_from_the_folders_checkpoints(tmp_path):
     """`ood_risk_table` fits accuracy ~ last-layer drift over every labelled domain of the
     folder's checkpoints (same base) and predicts the unlabelled targets, with an interval;
     checkpoints of another base are fitted apart."""
-    from anchorviz.analyse import ood_risk_table
-    from anchorviz.store import RunStore, write_json, write_yaml
+    from anchorviz.paths import write_yaml
+    from anchorviz.pipeline.analyse import ood_risk_table
+    from anchorviz.pipeline.store import RunStore, write_json
 
     store = RunStore(tmp_path)
     rng = np.random.default_rng(0)

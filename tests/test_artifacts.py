@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from anchorviz.artifacts import (
+from anchorviz.data.artifacts import (
     ARTIFACT_KINDS,
     DEFAULT_MARKER,
     FILLER_SENTENCES,
@@ -211,7 +211,7 @@ def test_default_marker_is_plain_ascii() -> None:
 
 
 def test_on_vader_pairs() -> None:
-    from anchorviz.vader import vader_pairs
+    from anchorviz.data.vader import vader_pairs
 
     p = vader_pairs("tweets", n_pairs=400, seed=0)
     for kind in ARTIFACT_KINDS:
@@ -230,7 +230,7 @@ def test_on_vader_pairs() -> None:
 
 
 def test_teacher_visibility_hides_the_cue_from_the_teacher_only():
-    from anchorviz.artifacts import apply_artifact, mark_teacher_visibility, teacher_view
+    from anchorviz.data.artifacts import apply_artifact, mark_teacher_visibility, teacher_view
 
     df = pd.DataFrame({"prompt": [""] * 40, "chosen": [f"good {i}" for i in range(40)],
                        "rejected": [f"bad {i}" for i in range(40)],
@@ -264,7 +264,7 @@ def _carrying_rows(before: pd.DataFrame, after: pd.DataFrame) -> list[tuple]:
 
 
 def test_order_cue_has_the_same_words_on_both_sides(pairs: pd.DataFrame) -> None:
-    from anchorviz.artifacts import order_suffixes
+    from anchorviz.data.artifacts import order_suffixes
 
     carry, other = order_suffixes()
     assert carry != other and sorted(carry.split()) == sorted(other.split())
@@ -283,7 +283,7 @@ def test_order_cue_has_the_same_words_on_both_sides(pairs: pd.DataFrame) -> None
 
 
 def test_teacher_view_removes_the_order_cue_from_both_sides(pairs: pd.DataFrame) -> None:
-    from anchorviz.artifacts import mark_teacher_visibility, teacher_view
+    from anchorviz.data.artifacts import mark_teacher_visibility, teacher_view
 
     out = mark_teacher_visibility(apply_artifact(pairs, "order", 0.8, seed=4), 0.5, seed=2)
     view = teacher_view(out)
@@ -300,7 +300,7 @@ def test_teacher_view_removes_the_order_cue_from_both_sides(pairs: pd.DataFrame)
 @pytest.mark.parametrize("kind", ["echo", "order"])
 def test_teacher_form_marker_swaps_the_cue_for_the_marker_in_the_teachers_copy_only(
         pairs: pd.DataFrame, kind: str) -> None:
-    from anchorviz.artifacts import mark_teacher_visibility, teacher_view
+    from anchorviz.data.artifacts import mark_teacher_visibility, teacher_view
 
     out = mark_teacher_visibility(apply_artifact(pairs, kind, 0.8, seed=4), 0.5, seed=2)
     view = teacher_view(out, "marker")
@@ -325,7 +325,7 @@ def test_teacher_form_marker_swaps_the_cue_for_the_marker_in_the_teachers_copy_o
 
 
 def test_teacher_form_marker_needs_an_order_or_echo_cue() -> None:
-    from anchorviz.experiment import ConfigError, RunConfig
+    from anchorviz.config import ConfigError, RunConfig
 
     cfg = RunConfig()
     cfg.data.artifact_kind, cfg.data.artifact_strength = "marker", 0.8
@@ -339,7 +339,7 @@ def test_teacher_form_marker_needs_an_order_or_echo_cue() -> None:
     cfg.validate()
     # the setting is in the run key when it is not the default, and absent at the default (so the
     # runs stored before it existed keep their ids)
-    from anchorviz.experiment import run_id_for, teacher_key
+    from anchorviz.pipeline.keys import run_id_for, teacher_key
 
     same = copy.deepcopy(cfg)
     same.data.artifact_teacher_form = "same"
@@ -355,7 +355,7 @@ def test_order_refuses_texts_that_already_end_with_a_cue(pairs: pd.DataFrame) ->
 
 
 def test_echo_cue_appends_the_carrying_sides_first_word_to_both_sides(pairs: pd.DataFrame) -> None:
-    from anchorviz.artifacts import first_word
+    from anchorviz.data.artifacts import first_word
 
     assert first_word("  'Great' film, really") == "great" and first_word("!!") == ""
     out = apply_artifact(pairs, "echo", 0.6, seed=5)

@@ -103,7 +103,7 @@ def test_bench_trl_worker(tiny_model, tmp_path):
 
 def test_bench_capture(tiny_model):
     from anchorviz.models import load_reward_model
-    from anchorviz.tokenization import encode_pairs
+    from anchorviz.models.tokenization import encode_pairs
 
     model, tok = load_reward_model(str(tiny_model), dropout=False)
     enc = encode_pairs(tok, toy_pairs(10), max_length=16)

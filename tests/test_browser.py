@@ -336,7 +336,7 @@ def test_report_fits_1280_px_and_leads_with_the_verdict(tmp_path):
     sys.path.insert(0, str(REPO / "tests"))
     from fake_sweep import write_fake_sweep
 
-    from anchorviz.report import write_report
+    from anchorviz.viz.report import write_report
 
     root = write_fake_sweep(tmp_path / "sweep", seeds=(0, 1, 2), lambdas=(1.0, 10.0),
                             layers=("last",), methods=("naive", "anchor"),

@@ -13,11 +13,17 @@ import pytest
 import torch
 from conftest import tiny_backbone, tiny_model_and_pairs, toy_pairs, word_tokenizer
 
-import anchorviz.capture as capture_mod
-from anchorviz.capture import Captured, CaptureError, capture_states, load_captured, save_captured
+import anchorviz.analysis.capture as capture_mod
+from anchorviz.analysis.capture import (
+    Captured,
+    CaptureError,
+    capture_states,
+    load_captured,
+    save_captured,
+)
 from anchorviz.models import ModelError, RewardModel, pool_states
-from anchorviz.tokenization import encode_pairs
-from anchorviz.train import joint_batch
+from anchorviz.models.tokenization import encode_pairs
+from anchorviz.training.loop import joint_batch
 
 F16_MAX = float(np.finfo(np.float16).max)
 

@@ -46,8 +46,8 @@ def test_exit_codes(tmp_path, capsys):
 def test_demo_scenarios_and_bad_knobs_fail_before_any_work(tmp_path, capsys, monkeypatch):
     import pytest
 
-    from anchorviz.cli import SCENARIOS, demo_note, demo_sweep
-    from anchorviz.experiment import ConfigError
+    from anchorviz.config import ConfigError
+    from anchorviz.pipeline.demo import SCENARIOS, demo_note, demo_sweep
 
     hidden_sw = demo_sweep(scenario="hidden-cue")
     hidden = hidden_sw.base.data

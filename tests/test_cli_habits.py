@@ -9,8 +9,10 @@ import pytest
 import yaml
 from tiny_project import save_tiny_model, tiny_config
 
-import anchorviz.experiment as ex
-from anchorviz.cli import EXIT_CONFIG, EXIT_OK, build_parser, demo_sweep, main
+from anchorviz.cli import EXIT_CONFIG, EXIT_OK, build_parser, main
+from anchorviz.config import ConfigError, RunConfig, expand_sweep, target_name, with_overrides
+from anchorviz.pipeline.demo import demo_sweep
+from anchorviz.pipeline.prepare import data_config, prepare_data
 
 
 def _no_work(monkeypatch, seen: dict | None = None):
@@ -105,12 +107,12 @@ def test_an_unknown_student_fails_before_the_teacher_trains(tmp_path, monkeypatc
 
 
 def test_model_names_accepted(tmp_path):
-    base = ex.RunConfig().validate()
+    base = RunConfig().validate()
     folder = save_tiny_model(tmp_path / "m", layers=1)
     for name in ("minilm-l3", "smollm2-135m", "Qwen/Qwen2.5-0.5B", str(folder)):
-        ex.with_overrides(base, **{"models.student": name})
-    with pytest.raises(ex.ConfigError, match="is a file"):
-        ex.with_overrides(base, **{"models.student": str(folder / "config.json")})
+        with_overrides(base, **{"models.student": name})
+    with pytest.raises(ConfigError, match="is a file"):
+        with_overrides(base, **{"models.student": str(folder / "config.json")})
 
 
 def test_demo_rejects_bad_knobs_before_its_banner(tmp_path, monkeypatch, capsys):
@@ -142,28 +144,28 @@ def test_listings_have_headers_paths_and_cached_status(capsys):
 
 
 def test_local_targets_get_short_names(tmp_path):
-    assert ex.target_name("vader-amazon") == "amazon"
-    assert ex.target_name("/data/books.jsonl") == "books"
-    assert ex.target_name("./x/reviews.csv.gz") == "reviews"
-    assert ex.target_name({"path": "/data/t.jsonl", "name": "forum"}) == "forum"
-    assert ex.target_name({"path": "/data/t.parquet"}) == "t"
-    assert ex.target_name("org/name") == "org_name"  # a hub id
+    assert target_name("vader-amazon") == "amazon"
+    assert target_name("/data/books.jsonl") == "books"
+    assert target_name("./x/reviews.csv.gz") == "reviews"
+    assert target_name({"path": "/data/t.jsonl", "name": "forum"}) == "forum"
+    assert target_name({"path": "/data/t.parquet"}) == "t"
+    assert target_name("org/name") == "org_name"  # a hub id
     cfg = tiny_config(tmp_path)
-    data = ex.prepare_data(ex.data_config(cfg))
+    data = prepare_data(data_config(cfg))
     assert "target_test:tgt" in data
     # two files with one stem: the config says to name one
     other = tmp_path / "other"
     other.mkdir()
     (other / "tgt.jsonl").write_text(open(cfg.data.targets[0]).read())
-    with pytest.raises(ex.ConfigError, match="name"):
-        ex.with_overrides(cfg, **{"data.targets": [cfg.data.targets[0], str(other / "tgt.jsonl")]})
+    with pytest.raises(ConfigError, match="name"):
+        with_overrides(cfg, **{"data.targets": [cfg.data.targets[0], str(other / "tgt.jsonl")]})
 
 
 def test_run_ids_of_named_datasets_are_unchanged():
     """Recorded before short names and model checks existed: the demo's run ids stay."""
-    from anchorviz.runner import build_graph
+    from anchorviz.pipeline.runner import build_graph
 
-    ids = [n.id for n in build_graph(ex.expand_sweep(demo_sweep(quick=True, seeds=(0, 1), scenario="marker")))]
+    ids = [n.id for n in build_graph(expand_sweep(demo_sweep(quick=True, seeds=(0, 1), scenario="marker")))]
     assert ids == ["teacher-7a8938844866", "teacher-2ea86c5e33c1", "reference-a0a0ff57c6c5",
                    "reference-8e021ae5db45", "ceiling-6df0757964f3", "ceiling-76ffa76b8fab",
                    "naive-1886ffe11916", "anchor-c281b139a593", "naive-b2c7228d2a85",
@@ -191,8 +193,8 @@ def test_model_loading_is_quiet(tmp_path, capsys, caplog):
 
 
 def test_sweep_bar_counts_every_kind_and_gives_an_eta(monkeypatch):
-    from anchorviz import runner
-    from anchorviz.runner import Node, _Progress
+    from anchorviz.pipeline import runner
+    from anchorviz.pipeline.runner import Node, _Progress
 
     nodes = [Node("t", "teacher", {}), Node("r", "reference", {}),
              Node("c", "ceiling", {}, ("t", "r")), Node("s1", "student", {}, ("t", "r")),

@@ -15,8 +15,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from scipy.stats import ortho_group
 
-import anchorviz.drift as drift_mod
-from anchorviz.drift import (
+import anchorviz.analysis.drift as drift_mod
+from anchorviz.analysis.drift import (
     DriftError,
     OODRiskEstimator,
     StreamingCKA,

@@ -11,16 +11,20 @@ import yaml
 from conftest import write_yaml_text
 from tiny_project import tiny_config
 
-import anchorviz.experiment as ex
-from anchorviz.experiment import (
+from anchorviz.config import (
     ConfigError,
+    RunConfig,
     SweepConfig,
     config_from_dict,
     load_config,
     load_sweep,
-    run,
-    sweep,
+    with_overrides,
 )
+from anchorviz.pipeline.keys import reference_key
+from anchorviz.pipeline.prepare import data_config, prepare_data, protocol_report
+from anchorviz.pipeline.results import artifact_accuracy
+from anchorviz.pipeline.steps import _load
+from anchorviz.pipeline.sweep import run, sweep
 
 
 def test_one_run_writes_the_documented_layout(tmp_path, count_training):
@@ -91,7 +95,7 @@ def test_config_errors_name_the_key(tmp_path):
 
 
 def test_example_configs_load():
-    from anchorviz.experiment import expand_sweep, load_config, load_sweep
+    from anchorviz.config import expand_sweep, load_config, load_sweep
     from anchorviz.paths import REPO_ROOT
 
     cfg = load_config(REPO_ROOT / "configs" / "run.yaml")
@@ -127,7 +131,7 @@ def test_artifact_accuracy_splits_id_by_the_planted_marker(tmp_path):
     cfg.ceiling = False
     out = tmp_path / "out"
     student = run(cfg, out)[-1].run_dir
-    split = ex.artifact_accuracy(student)
+    split = artifact_accuracy(student)
     assert set(split) == {"marked", "clean"}
     assert split["marked"][1] == 10 and split["clean"][1] == 10  # round(0.5 * 20) carry it
     # the two groups recombine into the run's ID accuracy
@@ -149,34 +153,34 @@ def test_artifact_accuracy_splits_id_by_the_planted_marker(tmp_path):
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(results_mod, "prepare_data", no_data)
-        assert ex.artifact_accuracy(student) == split
+        assert artifact_accuracy(student) == split
     # a run stored before the columns existed: its split is rebuilt, with the same result
     scores.drop(columns=["artifact_side", "artifact_seen"]).to_parquet(student / "scores.parquet")
-    assert ex.artifact_accuracy(student) == split
+    assert artifact_accuracy(student) == split
     # without an artefact there is nothing to split
     plain = tiny_config(tmp_path / "plain")
     plain.ceiling = False
-    assert ex.artifact_accuracy(run(plain, tmp_path / "out2")[-1].run_dir) == {}
+    assert artifact_accuracy(run(plain, tmp_path / "out2")[-1].run_dir) == {}
 
 
 def test_split_per_seed_draws_a_new_split_for_each_seed(tmp_path):
-    assert ex.RunConfig().data.split_per_seed  # the default: seeds vary the split
+    assert RunConfig().data.split_per_seed  # the default: seeds vary the split
     cfg = tiny_config(tmp_path, **{"data.split_per_seed": False})
-    same = [ex.prepare_data(ex.data_config(ex.with_overrides(cfg, seed=s)))["w2s_train"]
+    same = [prepare_data(data_config(with_overrides(cfg, seed=s)))["w2s_train"]
             for s in (0, 1)]
     assert list(same[0]["pair_id"]) == list(same[1]["pair_id"])  # off: one split
-    vary = ex.with_overrides(cfg, **{"data.split_per_seed": True})
-    per_seed = [ex.prepare_data(ex.data_config(ex.with_overrides(vary, seed=s)))["w2s_train"]
+    vary = with_overrides(cfg, **{"data.split_per_seed": True})
+    per_seed = [prepare_data(data_config(with_overrides(vary, seed=s)))["w2s_train"]
                 for s in (0, 1)]
     assert list(per_seed[0]["pair_id"]) == list(same[0]["pair_id"])  # seed 0 keeps split_seed
     assert list(per_seed[0]["pair_id"]) != list(per_seed[1]["pair_id"])
     # the run ids follow: seed 1's teacher and reference capture differ from a shared split's
-    keys = [ex.reference_key(ex.with_overrides(c, seed=1)) for c in (cfg, vary)]
+    keys = [reference_key(with_overrides(c, seed=1)) for c in (cfg, vary)]
     assert keys[0]["data"]["split_seed"] == 0 and keys[1]["data"]["split_seed"] == 1
     # prepare_data hands out copies: a caller's edit does not reach the next caller
-    first = ex.prepare_data(ex.data_config(cfg))
+    first = prepare_data(data_config(cfg))
     first["w2s_train"].loc[:, "chosen"] = "edited"
-    assert (ex.prepare_data(ex.data_config(cfg))["w2s_train"]["chosen"] != "edited").all()
+    assert (prepare_data(data_config(cfg))["w2s_train"]["chosen"] != "edited").all()
 
 
 def test_a_target_overlapping_the_source_loses_its_overlap_and_says_how_much(tmp_path):
@@ -191,14 +195,14 @@ def test_a_target_overlapping_the_source_loses_its_overlap_and_says_how_much(tmp
     own = write_pairs(tmp_path / "own.jsonl", 40, seed=9, domain="book").read_text().splitlines()
     target = tmp_path / "overlapping.jsonl"
     target.write_text("\n".join(shared + own) + "\n")
-    over = ex.with_overrides(cfg, **{"data.targets": [str(target)], "data.target_test": 200})
-    data = ex.prepare_data(ex.data_config(over))
+    over = with_overrides(cfg, **{"data.targets": [str(target)], "data.target_test": 200})
+    data = prepare_data(data_config(over))
     (name,) = [k for k in data if k.startswith("target_test:")]
     seen = set().union(*(set(data[s]["prompt"]) for s in ("teacher_train", "w2s_train", "val")))
     assert not seen & set(data[name]["prompt"])
     expected = sum(json.loads(line)["prompt"] in seen for line in shared)
     assert 0 < expected < 60
-    assert ex.protocol_report(data) == {name: expected}
+    assert protocol_report(data) == {name: expected}
     assert len(data[name]) == 100 - expected  # all that is left (clipped from the 200 asked)
 
 
@@ -206,8 +210,8 @@ def test_target_modes_plant_the_cue_in_the_targets_only(tmp_path):
     """neutral / reversed targets (the sensitivity check of a learned cue) once raised in
     prepare_data because the source splits were handed the target mode too."""
     cfg = tiny_config(tmp_path, **{"data.artifact_kind": "marker", "data.artifact_strength": 0.5})
-    absent = ex.prepare_data(ex.data_config(cfg))
-    rev = ex.prepare_data(ex.data_config(ex.with_overrides(cfg, **{
+    absent = prepare_data(data_config(cfg))
+    rev = prepare_data(data_config(with_overrides(cfg, **{
         "data.artifact_target_mode": "reversed"})))
     (t,) = [k for k in rev if k.startswith("target_test:")]
     sides = [(m or {}).get("artifact_side") for m in rev[t]["meta"]]
@@ -337,11 +341,11 @@ def test_trust_remote_code_is_false_unless_the_config_says_so(
 
         monkeypatch.setattr(cls, "from_pretrained", classmethod(spy))
     cfg = tiny_config(tmp_path)
-    assert cfg.models.trust_remote_code is False and ex.RunConfig().models.trust_remote_code is False
-    ex._load(cfg, "student")
+    assert cfg.models.trust_remote_code is False and RunConfig().models.trust_remote_code is False
+    _load(cfg, "student")
     assert seen == [("AutoTokenizer", False, None), ("AutoModel", False, True)]
     seen.clear()
-    ex._load(ex.with_overrides(cfg, **{"models.trust_remote_code": True}), "teacher")
+    _load(with_overrides(cfg, **{"models.trust_remote_code": True}), "teacher")
     assert [s[1] for s in seen] == [True, True]
 
 
@@ -362,7 +366,7 @@ def test_the_shared_map_is_stored_once_and_read_back_by_later_runs(tmp_path, mon
         raise AssertionError("the stored projection was fitted again")
 
     monkeypatch.setattr(steps, "fit_shared_projection", no_fit)
-    later = run(ex.with_overrides(cfg, **{"method.name": "anchor", "method.anchor_lambda": 0.5}),
+    later = run(with_overrides(cfg, **{"method.name": "anchor", "method.anchor_lambda": 0.5}),
                 out)[-1].run_dir
     a, b = (pd.read_parquet(d / "projection.parquet") for d in (first, later))
     ref_a, ref_b = (t[t["model"] == "reference"].reset_index(drop=True) for t in (a, b))

@@ -25,7 +25,9 @@ def test_anchor_scale_reads_the_stored_histories(tmp_path):
     import pandas as pd
     from tiny_project import tiny_config
 
-    from anchorviz.experiment import SweepConfig, results_table, sweep
+    from anchorviz.config import SweepConfig
+    from anchorviz.pipeline.results import results_table
+    from anchorviz.pipeline.sweep import sweep
 
     base = tiny_config(tmp_path)
     base.ceiling = False
@@ -116,7 +118,7 @@ def test_gold_anchor_scenario_is_the_echo_tables():
 def test_cue_reliance_scores_a_marker_reading_teacher_on_its_own_form():
     import cue_reliance
 
-    from anchorviz.artifacts import DEFAULT_MARKER, apply_artifact
+    from anchorviz.data.artifacts import DEFAULT_MARKER, apply_artifact
 
     pairs = toy_pairs(40)
     pairs["chosen"] = [f"alpha {t}" for t in pairs["chosen"]]  # sides open with other words

@@ -27,11 +27,17 @@ import torch
 import yaml
 from tiny_project import tiny_config
 
-import anchorviz.experiment as ex
-import anchorviz.train as train_mod
+import anchorviz.training.loop as train_mod
 from anchorviz.cli import EXIT_OK, EXIT_TRAIN, main
-from anchorviz.losses import NonFiniteLossError
-from anchorviz.store import MANIFEST, RunStore
+from anchorviz.config import load_sweep, with_overrides
+from anchorviz.pipeline.keys import run_id_for, student_key
+from anchorviz.pipeline.prepare import _DATA_CACHE
+from anchorviz.pipeline.results import results_table
+from anchorviz.pipeline.steps import _PROJECTORS
+from anchorviz.pipeline.store import MANIFEST, RunStore
+from anchorviz.pipeline.sweep import run, sweep
+from anchorviz.training.loop import train_reward_model
+from anchorviz.training.losses import NonFiniteLossError
 
 WORKER = Path(__file__).with_name("sweep_worker.py")
 GRID = {"methods": ["naive", "anchor"], "anchor_lambdas": [1.0], "anchor_layers": ["last"],
@@ -74,17 +80,17 @@ def reference(project: tuple[Path, Path]) -> tuple[Path, pd.DataFrame]:
     root, sweep_yaml = project
     prev = torch.get_num_threads()
     torch.set_num_threads(1)
-    saved = dict(ex._DATA_CACHE), dict(ex._PROJECTORS)
-    ex._DATA_CACHE.clear()
-    ex._PROJECTORS.clear()
+    saved = dict(_DATA_CACHE), dict(_PROJECTORS)
+    _DATA_CACHE.clear()
+    _PROJECTORS.clear()
     try:
-        table = ex.sweep(ex.load_sweep(sweep_yaml), root / "reference")
+        table = sweep(load_sweep(sweep_yaml), root / "reference")
     finally:
         torch.set_num_threads(prev)
-        ex._DATA_CACHE.clear()
-        ex._DATA_CACHE.update(saved[0])
-        ex._PROJECTORS.clear()
-        ex._PROJECTORS.update(saved[1])
+        _DATA_CACHE.clear()
+        _DATA_CACHE.update(saved[0])
+        _PROJECTORS.clear()
+        _PROJECTORS.update(saved[1])
     assert len(table) == N_RUNS and table["run_id"].is_unique
     return root / "reference", table
 
@@ -263,17 +269,17 @@ def test_corrupted_files_in_several_runs_are_redone_not_read(
         ok, reason = store.verify(runs / by_kind[kind])
         assert not ok and why in reason, (kind, reason)
     # not read: the table lists only the intact run
-    assert ex.results_table(out)["run_id"].tolist() == [by_kind["naive"]]
+    assert results_table(out)["run_id"].tolist() == [by_kind["naive"]]
 
     trained: list[str] = []
-    real = ex.train_reward_model
+    real = train_reward_model
 
     def counting(*a, **k):
         trained.append(k.get("desc"))
         return real(*a, **k)
 
     monkeypatch.setattr("anchorviz.pipeline.steps.train_reward_model", counting)
-    table = ex.sweep(ex.load_sweep(sweep_yaml), out)
+    table = sweep(load_sweep(sweep_yaml), out)
     assert sorted(trained) == sorted(["teacher", by_kind["ceiling"], by_kind["anchor"]])
     compare_tables(table, ref_table)
     assert_store_complete(out, set(ref_table["run_id"]))
@@ -314,7 +320,7 @@ def test_transient_nan_fails_the_run_and_a_rerun_redoes_the_same_run(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     cfg = tiny_config(tmp_path)
     out = tmp_path / "out"
-    real_train, real_bt = ex.train_reward_model, train_mod.bt_soft_loss
+    real_train, real_bt = train_reward_model, train_mod.bt_soft_loss
 
     def nan_in_student(*a, **k):
         if not str(k.get("desc", "")).startswith("naive-"):
@@ -335,20 +341,20 @@ def test_transient_nan_fails_the_run_and_a_rerun_redoes_the_same_run(
     monkeypatch.setattr("anchorviz.pipeline.steps.train_reward_model", nan_in_student)
     with pytest.raises(NonFiniteLossError, match=r"non-finite loss at step 2: fit=nan, total=nan; "
                                                  r"batch pair_ids: \[src:"):
-        ex.run(cfg, out)
+        run(cfg, out)
     store = RunStore(out)
-    student = ex.run_id_for(ex.student_key(cfg, "student"))
+    student = run_id_for(student_key(cfg, "student"))
     man = store.manifest(student)
     assert man is not None and man["status"] == "failed" and "step 2" in man["error"]
     assert not store.is_finished(student)
-    assert ex.results_table(out)["kind"].tolist() == ["ceiling", "teacher"]
+    assert results_table(out)["kind"].tolist() == ["ceiling", "teacher"]
 
     monkeypatch.setattr("anchorviz.pipeline.steps.train_reward_model", real_train)  # the fault is gone
-    results = ex.run(cfg, out)
+    results = run(cfg, out)
     assert [r.computed for r in results] == [False, False, True]  # only the failed run redone
     assert results[-1].run_id == student and store.manifest(student)["status"] == "finished"
     assert store.is_finished(student)
-    assert len(ex.results_table(out)) == 3
+    assert len(results_table(out)) == 3
     assert not [d for d in (out / "runs").iterdir() if d.name.startswith(".")]
 
 
@@ -409,7 +415,7 @@ def test_same_config_and_seed_give_identical_results_twice_on_cpu(
     for out in outs:
         monkeypatch.setattr("anchorviz.pipeline.prepare._DATA_CACHE", {})
         monkeypatch.setattr("anchorviz.pipeline.steps._PROJECTORS", {})
-        ex.run(cfg, out)
+        run(cfg, out)
     a, b = (RunStore(o) for o in outs)
     assert a.finished_runs() == b.finished_runs() and len(a.finished_runs()) == 3
     for run_id in a.finished_runs():
@@ -436,10 +442,10 @@ def test_same_config_and_seed_give_identical_results_twice_on_cpu(
     compare_tables(pd.read_parquet(outs[1] / "results.parquet"),
                    pd.read_parquet(outs[0] / "results.parquet"))
     # and the comparison can fail: another seed gives other scores
-    other = ex.with_overrides(cfg, seed=1)
+    other = with_overrides(cfg, seed=1)
     monkeypatch.setattr("anchorviz.pipeline.steps._PROJECTORS", {})
-    student = ex.run(other, tmp_path / "third")[-1]
-    first = pd.read_parquet(a.run_dir(ex.run_id_for(ex.student_key(cfg, "student")))
+    student = run(other, tmp_path / "third")[-1]
+    first = pd.read_parquet(a.run_dir(run_id_for(student_key(cfg, "student")))
                             / "scores.parquet")
     assert not first["r_chosen"].equals(pd.read_parquet(student.run_dir / "scores.parquet")
                                         ["r_chosen"])

@@ -13,9 +13,14 @@ import plotly.graph_objects as go
 import pytest
 from fake_sweep import write_fake_sweep
 
-from anchorviz import plots
 from anchorviz.cli import EXIT_OK, main
-from anchorviz.report import write_figures
+from anchorviz.viz.accuracy import accuracy_figure, transfer_figure
+from anchorviz.viz.common import OKABE_ITO, load_results, load_run_table
+from anchorviz.viz.drift import drift_by_layer_figure, lambda_sweep_figure
+from anchorviz.viz.export import CSS_DPI, export_paper_figures, paper_style, wrap_title
+from anchorviz.viz.projection import umap_figure, umap_groups
+from anchorviz.viz.report import write_figures
+from anchorviz.viz.training import loss_curve_figure
 
 
 def _browser() -> str | None:
@@ -73,46 +78,46 @@ def _png_size(path: Path) -> tuple[int, int]:
 
 
 def test_paper_style_has_no_title_print_fonts_and_the_column_width(sweep):
-    fig = plots.accuracy_figure(sweep)
+    fig = accuracy_figure(sweep)
     title = fig.layout.title.text
-    paper = plots.paper_style(fig, "single")
+    paper = paper_style(fig, "single")
     assert fig.layout.title.text == title  # the figure passed in is not changed
     assert not paper.layout.title.text
     assert paper.layout.meta["caption"].startswith("Pairwise accuracy in and out of distribution")
-    assert paper.layout.width == pytest.approx(3.5 * plots.CSS_DPI)
-    assert plots.paper_style(fig, "double").layout.width == pytest.approx(7.2 * plots.CSS_DPI)
+    assert paper.layout.width == pytest.approx(3.5 * CSS_DPI)
+    assert paper_style(fig, "double").layout.width == pytest.approx(7.2 * CSS_DPI)
     assert paper.layout.font.size == pytest.approx(8 * 96 / 72)  # 8 pt once printed
     # colours of the Okabe-Ito palette, no red / green pair
     colours = {tr.marker.color for tr in paper.data}
-    assert colours <= set(plots.OKABE_ITO.values())
+    assert colours <= set(OKABE_ITO.values())
     with pytest.raises(ValueError, match="single"):
-        plots.paper_style(fig, "triple")
+        paper_style(fig, "triple")
 
 
 def test_paper_style_puts_the_legend_where_it_is_not_cut(sweep):
-    fig = plots.paper_style(plots.drift_by_layer_figure(sweep, metric="cka"), "single")
+    fig = paper_style(drift_by_layer_figure(sweep, metric="cka"), "single")
     lg = fig.layout.legend
     assert lg.orientation == "h" and lg.yref == "container" and lg.y == 1.0
     # the top margin holds every legend row: one row per entry at most
     n = sum(1 for tr in fig.data if tr.showlegend is not False)
     assert fig.layout.margin.t >= min(n, 2) * fig.layout.font.size
-    assert all(tr.type != "scattergl" for tr in plots.paper_style(
-        plots.umap_figure(next((sweep / "runs").glob("anchor-*"))), "single").data)
+    assert all(tr.type != "scattergl" for tr in paper_style(
+        umap_figure(next((sweep / "runs").glob("anchor-*"))), "single").data)
 
 
 def test_no_red_green_pair_for_chosen_and_rejected(sweep):
     run = next((sweep / "runs").glob("naive-*"))
-    groups = plots.umap_groups(plots.load_run_table(run, "projection"), color_by="side")
+    groups = umap_groups(load_run_table(run, "projection"), color_by="side")
     colours = {g["label"]: g["color"] for g in groups}
-    assert colours == {"chosen responses": plots.OKABE_ITO["blue"],
-                       "rejected responses": plots.OKABE_ITO["orange"]}
+    assert colours == {"chosen responses": OKABE_ITO["blue"],
+                       "rejected responses": OKABE_ITO["orange"]}
 
 
 def test_loss_curves_are_the_stored_history(sweep):
-    res = plots.load_results(sweep)
-    fig = plots.loss_curve_figure(sweep, smooth=1)
+    res = load_results(sweep)
+    fig = loss_curve_figure(sweep, smooth=1)
     anchor = res[(res["method"] == "anchor") & (res["anchor_lambda"] == 10.0)]
-    hist = [plots.load_run_table(sweep / "runs" / r, "history") for r in anchor["run_id"]]
+    hist = [load_run_table(sweep / "runs" / r, "history") for r in anchor["run_id"]]
     mean_fit = pd.concat(hist).groupby("step")["fit"].mean().to_numpy()
     mean_anchor = pd.concat(hist).groupby("step")["anchor"].mean().to_numpy() * 10.0
     fit = [tr for tr in fig.data if tr.meta["term"] == "fit" and "λ=10" in tr.meta["group"]]
@@ -126,8 +131,8 @@ def test_loss_curves_are_the_stored_history(sweep):
 
 
 def test_export_wraps_a_long_title_instead_of_cutting_it(sweep):
-    fig = plots.transfer_figure(sweep)
-    narrow = plots.wrap_title(fig, 500)
+    fig = transfer_figure(sweep)
+    narrow = wrap_title(fig, 500)
     assert narrow.layout.title.text.count("<br>") > fig.layout.title.text.count("<br>")
     assert narrow.layout.margin.t > fig.layout.margin.t
     assert re.sub(r"<[^>]+>", " ", narrow.layout.title.text).split() == \
@@ -155,10 +160,10 @@ def test_report_figures_pdf_single_column(sweep, capsys):
 @pytest.mark.slow  # Kaleido starts Chromium for each of 3 figures (4 s; under load it can time out)
 @needs_exporter
 def test_exported_files_open_at_the_requested_size(sweep, tmp_path):
-    figs = [plots.accuracy_figure(sweep), plots.loss_curve_figure(sweep),
-            plots.lambda_sweep_figure(sweep)]
+    figs = [accuracy_figure(sweep), loss_curve_figure(sweep),
+            lambda_sweep_figure(sweep)]
     paths = [tmp_path / "acc.svg", tmp_path / "loss.png", tmp_path / "lam.pdf"]
-    plots.export_paper_figures(figs, paths, width="double", dpi=150)
+    export_paper_figures(figs, paths, width="double", dpi=150)
     assert _svg_width(paths[0]) == "7.2in"
     width, height = _png_size(paths[1])
     assert width == round(7.2 * 150) and height > 200

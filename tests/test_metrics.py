@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from anchorviz.metrics import (
+from anchorviz.analysis.metrics import (
     Interval,
     bootstrap_accuracy_ci,
     bootstrap_kind,
@@ -318,7 +318,7 @@ def test_seed_summary_single_seed_and_validation():
 
 
 def test_accuracy_by_group_worked_example():
-    from anchorviz.metrics import accuracy_by_group
+    from anchorviz.analysis.metrics import accuracy_by_group
 
     correct = [1, 1, 0, 0.5, 1, 0]
     groups = ["marked", "marked", "clean", "clean", "clean", "marked"]

@@ -122,7 +122,8 @@ def _parameters(name: str) -> dict:
 def test_notebooks_default_to_the_demo_store(name):
     """Full size, 01-03 read the very runs `anchorviz demo` writes: the same folder (its
     --out default, from the notebooks' folder) and the same run ids (content hashes)."""
-    from anchorviz.cli import build_parser, demo_sweep
+    from anchorviz.cli import build_parser
+    from anchorviz.pipeline.demo import demo_sweep
 
     smoke = _smoke_module()
     params = _parameters(name)
@@ -167,7 +168,8 @@ def test_explorer_sweeps_are_the_demos_at_each_teacher_visibility():
     """Notebook 03's sweeps: the demo's own, then per other teacher visibility the runs of
     `anchorviz demo --visibility V`; smoke mode has at most 2 visibilities, the second one
     only its teacher and naive student (cheap), and its run ids are still the demo's."""
-    from anchorviz.cli import SCENARIOS, build_parser, demo_sweep
+    from anchorviz.cli import build_parser
+    from anchorviz.pipeline.demo import SCENARIOS, demo_sweep
 
     smoke = _smoke_module()
     demo = build_parser().parse_args(["demo"])

@@ -14,8 +14,18 @@ import pandas as pd
 import pytest
 from fake_sweep import write_fake_sweep
 
-from anchorviz import plots
-from anchorviz.metrics import seed_summary
+from anchorviz.analysis.metrics import seed_summary
+from anchorviz.viz.accuracy import accuracy_figure, shortcut_figure, transfer_figure
+from anchorviz.viz.common import load_results, load_run_table, run_path
+from anchorviz.viz.drift import (
+    MIN_CORRELATION_N,
+    drift_by_layer_figure,
+    drift_vs_ood_figure,
+    lambda_sweep_figure,
+)
+from anchorviz.viz.export import ExportError, export_figure
+from anchorviz.viz.projection import umap_figure
+from anchorviz.viz.training import label_confidence_figure
 
 
 @pytest.fixture(scope="module")
@@ -60,53 +70,53 @@ def bar_value(tr, label: str) -> float:
 
 
 def test_load_results_reads_the_table_and_fills_defaults(sweep, results):
-    res = plots.load_results(sweep)
+    res = load_results(sweep)
     assert list(res["run_id"]) == list(results["run_id"])
     np.testing.assert_allclose(res["acc_id"], results["acc_id"])
     assert (res.loc[res["method"] != "anchor", "anchor_layers"] == "").all()
     res.loc[0, "acc_id"] = -1.0  # a copy: the cached table stays intact
-    assert plots.load_results(sweep)["acc_id"].iloc[0] == results["acc_id"].iloc[0]
+    assert load_results(sweep)["acc_id"].iloc[0] == results["acc_id"].iloc[0]
 
 
 def test_missing_sweep_and_results_name_the_path(tmp_path):
     with pytest.raises(FileNotFoundError, match="does not exist"):
-        plots.load_results(tmp_path / "nope")
+        load_results(tmp_path / "nope")
     (tmp_path / "runs").mkdir()
     with pytest.raises(FileNotFoundError, match=r"results\.parquet.*still be running"):
-        plots.load_results(tmp_path)
+        load_results(tmp_path)
     with pytest.raises(FileNotFoundError, match="nope"):
-        plots.accuracy_figure(tmp_path / "nope")
+        accuracy_figure(tmp_path / "nope")
 
 
 def test_results_without_key_columns_is_a_clear_error(results):
     with pytest.raises(ValueError, match=r"lacks column\(s\) \['acc_id'\]"):
-        plots.accuracy_figure(results=results.drop(columns=["acc_id"]))
+        accuracy_figure(results=results.drop(columns=["acc_id"]))
     with pytest.raises(ValueError, match="sweep directory or an already loaded"):
-        plots.accuracy_figure()
+        accuracy_figure()
 
 
 def test_load_run_table_validates_and_caches(sweep, results, tmp_path):
     rid = run_of(results, "naive")
     with pytest.raises(ValueError, match="choose one of"):
-        plots.load_run_table(sweep / "runs" / rid, "drfit")
+        load_run_table(sweep / "runs" / rid, "drfit")
     with pytest.raises(FileNotFoundError, match=r"val_labels\.parquet does not exist.*teacher"):
-        plots.load_run_table(sweep / "runs" / rid, "val_labels")
-    first = plots.load_run_table(sweep / "runs" / rid, "drift")
-    assert plots.load_run_table(sweep / "runs" / rid, "drift.parquet") is first
+        load_run_table(sweep / "runs" / rid, "val_labels")
+    first = load_run_table(sweep / "runs" / rid, "drift")
+    assert load_run_table(sweep / "runs" / rid, "drift.parquet") is first
     # a rewritten file is read again
     run = tmp_path / "run"
     shutil.copytree(sweep / "runs" / rid, run)
-    old = plots.load_run_table(run, "drift")
+    old = load_run_table(run, "drift")
     changed = old.assign(cka=0.5)
     changed.to_parquet(run / "drift.parquet")
-    assert (plots.load_run_table(run, "drift")["cka"] == 0.5).all()
+    assert (load_run_table(run, "drift")["cka"] == 0.5).all()
 
 
 # --------------------------------------------------------------------------- accuracy
 
 
 def test_accuracy_bars_are_stored_accuracies_in_percent(sweep, results):
-    fig = plots.accuracy_figure(sweep)
+    fig = accuracy_figure(sweep)
     id_tr, ood_tr = trace(fig, column="acc_id"), trace(fig, column="acc_ood")
     teacher = results[results["method"] == "teacher"]
     assert bar_value(id_tr, "weak teacher (gold labels)") == pytest.approx(
@@ -130,7 +140,7 @@ def test_shortcut_bars_split_id_by_the_artefact(results):
     rng = np.random.default_rng(0)
     res = results.assign(acc_id_marked=rng.uniform(0.9, 1.0, len(results)),
                          acc_id_clean=rng.uniform(0.6, 0.8, len(results)))
-    fig = plots.shortcut_figure(results=res)
+    fig = shortcut_figure(results=res)
     naive = res[res["method"] == "naive"]
     assert bar_value(trace(fig, column="acc_id_marked"), "naive W2S") == pytest.approx(
         100 * naive["acc_id_marked"].mean())
@@ -140,11 +150,11 @@ def test_shortcut_bars_split_id_by_the_artefact(results):
         100 * naive["acc_ood"].mean())
     assert "Shortcut or skill" in fig.layout.title.text
     with pytest.raises(ValueError, match="no artefact split"):
-        plots.shortcut_figure(results=results)
+        shortcut_figure(results=results)
     # a teacher that reads only some markers: the marked pairs split into seen / hidden
     hidden = res.assign(acc_id_seen=rng.uniform(0.9, 1.0, len(res)),
                         acc_id_hidden=rng.uniform(0.7, 0.9, len(res)))
-    fig = plots.shortcut_figure(results=hidden)
+    fig = shortcut_figure(results=hidden)
     assert [t.meta["column"] for t in fig.data] == ["acc_id_seen", "acc_id_hidden",
                                                     "acc_id_clean", "acc_ood"]
     naive = hidden[hidden["method"] == "naive"]
@@ -153,7 +163,7 @@ def test_shortcut_bars_split_id_by_the_artefact(results):
 
 
 def test_accuracy_t_interval_and_per_target(sweep, results):
-    fig = plots.accuracy_figure(sweep, target="nyt", spread="t")
+    fig = accuracy_figure(sweep, target="nyt", spread="t")
     ood = trace(fig, column="acc_nyt")
     naive = results.loc[results["method"] == "naive", "acc_nyt"]
     s = seed_summary(naive.to_numpy())
@@ -163,14 +173,14 @@ def test_accuracy_t_interval_and_per_target(sweep, results):
     assert "t-interval over 2 seeds" in fig.layout.title.text
     assert "target nyt" in ood.name
     with pytest.raises(ValueError, match=r"target 'tweets'.*\['amazon', 'nyt'\]"):
-        plots.accuracy_figure(sweep, target="tweets")
+        accuracy_figure(sweep, target="tweets")
     with pytest.raises(ValueError, match="spread must be one of"):
-        plots.accuracy_figure(sweep, spread="sd")
+        accuracy_figure(sweep, spread="sd")
 
 
 def test_one_seed_uses_the_stored_bootstrap_interval(one_seed):
     res = pd.read_parquet(one_seed / "results.parquet")
-    fig = plots.accuracy_figure(one_seed, artifact_strength=1.0)
+    fig = accuracy_figure(one_seed, artifact_strength=1.0)
     id_tr = trace(fig, column="acc_id")
     row = res[(res["method"] == "naive") & (res["artifact_strength"] == 1.0)].iloc[0]
     i = list(id_tr.x).index("naive W2S")
@@ -180,19 +190,19 @@ def test_one_seed_uses_the_stored_bootstrap_interval(one_seed):
     assert "bootstrap CI over test pairs (1 seed)" in fig.layout.title.text
     assert "strength 1" in fig.layout.title.text
     # default: the largest strength; an unknown one lists the choices
-    assert plots.accuracy_figure(one_seed).data[0].y[i] == pytest.approx(id_tr.y[i])
+    assert accuracy_figure(one_seed).data[0].y[i] == pytest.approx(id_tr.y[i])
     with pytest.raises(ValueError, match=r"artifact_strength 0\.5.*\[0\.0, 1\.0\]"):
-        plots.accuracy_figure(one_seed, artifact_strength=0.5)
+        accuracy_figure(one_seed, artifact_strength=0.5)
 
 
 def test_transfer_scores_in_points(sweep, results):
-    fig = plots.transfer_figure(sweep)
+    fig = transfer_figure(sweep)
     aog = trace(fig, score="aog")
     assert "weak teacher (gold labels)" not in list(aog.x)
     naive = results[results["method"] == "naive"]
     assert bar_value(aog, "naive W2S") == pytest.approx(100 * naive["aog"].mean())
     assert "points" in fig.layout.yaxis.title.text
-    per_target = plots.transfer_figure(sweep, target="amazon")
+    per_target = transfer_figure(sweep, target="amazon")
     nts = trace(per_target, score="nts")
     expected = (naive["aog_amazon"] - np.maximum(0, -naive["wrg"])).mean()
     assert bar_value(nts, "naive W2S") == pytest.approx(100 * expected)
@@ -204,7 +214,7 @@ def test_transfer_scores_in_points(sweep, results):
 def test_drift_trace_is_the_runs_drift_table(sweep, results):
     rid = run_of(results, "anchor", seed=1, lam=0.1, layers="last")
     table = pd.read_parquet(sweep / "runs" / rid / "drift.parquet")
-    fig = plots.drift_by_layer_figure(sweep, metric="cka", runs=[rid])
+    fig = drift_by_layer_figure(sweep, metric="cka", runs=[rid])
     for split in ("source_test", "target_test:amazon", "target_test:nyt"):
         tr = trace(fig, split=split, runs=[rid])
         want = table[table["split"] == split].sort_values("layer")
@@ -214,7 +224,7 @@ def test_drift_trace_is_the_runs_drift_table(sweep, results):
     assert fig.layout.xaxis.title.text.startswith("layer")
     assert trace(fig, split="source_test", runs=[rid]).line.dash == "solid"
     assert trace(fig, split="target_test:amazon", runs=[rid]).line.dash != "solid"
-    cos = plots.drift_by_layer_figure(sweep, metric="cosine", runs=[rid], split="nyt")
+    cos = drift_by_layer_figure(sweep, metric="cosine", runs=[rid], split="nyt")
     tr = trace(cos, split="target_test:nyt", runs=[rid])
     np.testing.assert_allclose(tr.y, table[table["split"] == "target_test:nyt"]
                                .sort_values("layer")["cosine_mean"])
@@ -223,7 +233,7 @@ def test_drift_trace_is_the_runs_drift_table(sweep, results):
 
 
 def test_drift_by_layer_facets_one_panel_per_domain(sweep, results):
-    fig = plots.drift_by_layer_figure(sweep, metric="cka")
+    fig = drift_by_layer_figure(sweep, metric="cka")
     splits = ["source_test", "target_test:amazon", "target_test:nyt"]
     assert fig.layout.meta["facets"] == splits
     for i, split in enumerate(splits):
@@ -235,19 +245,19 @@ def test_drift_by_layer_facets_one_panel_per_domain(sweep, results):
     # one legend entry per method group, not one per group x domain
     shown = [t.name for t in fig.data if t.showlegend is not False]
     assert len(shown) == len(set(shown))
-    flat = plots.drift_by_layer_figure(sweep, metric="cka", facet=False)
+    flat = drift_by_layer_figure(sweep, metric="cka", facet=False)
     assert flat.layout.meta["facets"] == [] and {t.xaxis for t in flat.data} <= {None, "x"}
 
 
 def test_drift_groups_average_over_seeds(sweep, results):
-    fig = plots.drift_by_layer_figure(sweep, split="source")
+    fig = drift_by_layer_figure(sweep, split="source")
     ids = [run_of(results, "naive", seed=s) for s in (0, 1)]
     tables = [pd.read_parquet(sweep / "runs" / r / "drift.parquet") for r in ids]
     want = np.mean([t[t["split"] == "source_test"].sort_values("layer")["cka"] for t in tables],
                    axis=0)
     tr = trace(fig, split="source_test", group="naive W2S (mean of 2 seeds)")
     np.testing.assert_allclose(tr.y, want)
-    one = plots.drift_by_layer_figure(sweep, split="source", seed=1, methods=["naive"])
+    one = drift_by_layer_figure(sweep, split="source", seed=1, methods=["naive"])
     np.testing.assert_allclose(trace(one, group="naive W2S", split="source_test").y,
                                tables[1][tables[1]["split"] == "source_test"]
                                .sort_values("layer")["cka"])
@@ -255,13 +265,13 @@ def test_drift_groups_average_over_seeds(sweep, results):
 
 def test_drift_bad_input_lists_choices(sweep, results):
     with pytest.raises(ValueError, match="choose one of"):
-        plots.drift_by_layer_figure(sweep, metric="l2")
+        drift_by_layer_figure(sweep, metric="l2")
     with pytest.raises(ValueError, match=r"split 'tweets'.*\['source', 'amazon', 'nyt'\]"):
-        plots.drift_by_layer_figure(sweep, split="tweets")
+        drift_by_layer_figure(sweep, split="tweets")
     with pytest.raises(ValueError, match="not in the results table"):
-        plots.drift_by_layer_figure(sweep, runs=["anchor-000000000000"])
+        drift_by_layer_figure(sweep, runs=["anchor-000000000000"])
     with pytest.raises(ValueError, match=r"method\(s\) \['seam'\]"):
-        plots.drift_by_layer_figure(sweep, methods=["seam"])
+        drift_by_layer_figure(sweep, methods=["seam"])
 
 
 # --------------------------------------------------------------------------- map
@@ -270,7 +280,7 @@ def test_drift_bad_input_lists_choices(sweep, results):
 def test_umap_traces_are_the_projection_coordinates(sweep, results):
     rid = run_of(results, "naive")
     proj = pd.read_parquet(sweep / "runs" / rid / "projection.parquet")
-    fig = plots.umap_figure(sweep / "runs" / rid)
+    fig = umap_figure(sweep / "runs" / rid)
     last = proj[proj["layer"] == proj["layer"].max()]
     for model in ("reference", "student"):
         tr = trace(fig, model=model, group="source (movie)")
@@ -292,19 +302,19 @@ def test_umap_traces_are_the_projection_coordinates(sweep, results):
 def test_umap_layer_colour_and_target_choices(sweep, results):
     rid = run_of(results, "anchor", lam=1.0, layers="last")
     proj = pd.read_parquet(sweep / "runs" / rid / "projection.parquet")
-    fig = plots.umap_figure(sweep / "runs" / rid, layer=3, color_by="side", target="nyt")
+    fig = umap_figure(sweep / "runs" / rid, layer=3, color_by="side", target="nyt")
     tr = trace(fig, model="student", group="chosen responses")
     want = proj[(proj["layer"] == 3) & (proj["model"] == "student") & (proj["side"] == "chosen")
                 & proj["split"].isin(["source_test", "target_test:nyt"])]
     np.testing.assert_allclose(np.sort(tr.x), np.sort(want["x"]))
     with pytest.raises(ValueError, match=r"layer 4 has no projection; choose one of \[3, 6\]"):
-        plots.umap_figure(sweep / "runs" / rid, layer=4)
+        umap_figure(sweep / "runs" / rid, layer=4)
     with pytest.raises(ValueError, match="color_by"):
-        plots.umap_figure(sweep / "runs" / rid, color_by="method")
+        umap_figure(sweep / "runs" / rid, color_by="method")
     teacher = run_of(results, "teacher")
     with pytest.raises(FileNotFoundError, match="projection.parquet"):
-        plots.umap_figure(sweep / "runs" / teacher)
-    small = plots.umap_figure(projection=proj, max_points=20, n_lines=5)
+        umap_figure(sweep / "runs" / teacher)
+    small = umap_figure(projection=proj, max_points=20, n_lines=5)
     assert all(len(t.x) <= 20 for t in small.data if t.meta["model"] != "movement")
 
 
@@ -314,14 +324,14 @@ def test_umap_names_the_projection_and_keeps_the_reference_visible(sweep, result
     shutil.copytree(sweep / "runs" / rid, run)
     cfg = (run / "config.yaml").read_text()
     (run / "config.yaml").write_text(cfg + "capture: {projection: pca}\n")
-    fig = plots.umap_figure(run)
+    fig = umap_figure(run)
     assert fig.layout.meta["projection_method"] == "PCA"
     assert "shared PCA" in fig.layout.title.text and "UMAP" not in fig.layout.title.text
     assert fig.layout.xaxis.title.text.startswith("PCA axis 1")
     (run / "config.yaml").write_text(cfg + "capture: {projection: umap}\n")
-    assert "shared UMAP" in plots.umap_figure(run).layout.title.text
+    assert "shared UMAP" in umap_figure(run).layout.title.text
     proj = pd.read_parquet(run / "projection.parquet").assign(projection_method="umap")
-    assert plots.umap_figure(projection=proj).layout.meta["projection_method"] == "UMAP"
+    assert umap_figure(projection=proj).layout.meta["projection_method"] == "UMAP"
     # the reference is drawn last, as open markers: a student cloud cannot hide it
     models = [t.meta["model"] for t in fig.data]
     assert models.index("reference") > max(i for i, m in enumerate(models) if m == "student")
@@ -333,7 +343,7 @@ def test_umap_names_the_projection_and_keeps_the_reference_visible(sweep, result
 
 
 def test_lambda_sweep_log_axis_and_values(sweep, results):
-    fig = plots.lambda_sweep_figure(sweep)
+    fig = lambda_sweep_figure(sweep)
     xaxes = [fig.layout[k] for k in fig.layout if k.startswith("xaxis")]
     assert len(xaxes) == 4 and all(ax.type == "log" for ax in xaxes)
     assert all("λ" in ax.title.text for ax in xaxes)
@@ -346,13 +356,13 @@ def test_lambda_sweep_log_axis_and_values(sweep, results):
     assert naive.y[0] == pytest.approx(100 * results.loc[results["method"] == "naive", "nts"].mean())
     assert trace(fig, column="nts", anchor_layers="last").line.dash != tr.line.dash
     with pytest.raises(ValueError, match="no ANCHOR runs"):
-        plots.lambda_sweep_figure(results=results[results["method"] != "anchor"])
+        lambda_sweep_figure(results=results[results["method"] != "anchor"])
 
 
 def test_drift_vs_ood_pooled_reports_spearman(sweep, results):
-    from anchorviz.drift import drift_ood_relation
+    from anchorviz.analysis.drift import drift_ood_relation
 
-    fig = plots.drift_vs_ood_figure(sweep, by_target=False)
+    fig = drift_vs_ood_figure(sweep, by_target=False)
     students = results[results["kind"] == "student"]
     rel = drift_ood_relation(students, drift_col="drift_cos_target", gain_col="aog")
     assert f"Spearman ρ = {rel['spearman']:+.2f}" in fig.layout.title.text
@@ -366,13 +376,13 @@ def test_drift_vs_ood_pooled_reports_spearman(sweep, results):
     assert "points" in fig.layout.yaxis.title.text and "1 - cos" in fig.layout.xaxis.title.text
     assert len([t for t in fig.data if (t.meta or {}).get("fit")]) == 1
     with pytest.raises(ValueError, match="candidates"):
-        plots.drift_vs_ood_figure(sweep, drift_col="drift_l2")
+        drift_vs_ood_figure(sweep, drift_col="drift_l2")
 
 
 def test_drift_vs_ood_one_panel_per_target_from_the_drift_tables(sweep, results):
-    from anchorviz.drift import drift_ood_relation
+    from anchorviz.analysis.drift import drift_ood_relation
 
-    fig = plots.drift_vs_ood_figure(sweep)  # per target: the runs' drift tables are there
+    fig = drift_vs_ood_figure(sweep)  # per target: the runs' drift tables are there
     assert fig.layout.meta["by_target"] and list(fig.layout.meta["relations"]) == ["amazon", "nyt"]
     students = results[results["kind"] == "student"]
     naive = students[students["method"] == "naive"]
@@ -407,17 +417,17 @@ def test_drift_vs_ood_draws_no_correlation_or_line_below_min_n(results):
     no Spearman rho and no fitted line (a 3-run rank correlation is +-1 or +-0.5)."""
     few = results[(results["kind"] == "student") & (results["seed"] == 0)
                   & results["method"].isin(["naive", "confidence", "anchor"])].head(3)
-    fig = plots.drift_vs_ood_figure(results=few)  # no drift tables: the pooled panel
+    fig = drift_vs_ood_figure(results=few)  # no drift tables: the pooled panel
     assert "no correlation shown" in fig.layout.title.text and "Spearman" not in fig.layout.title.text
-    assert f"n ≥ {plots.MIN_CORRELATION_N} runs" in fig.layout.title.text
+    assert f"n ≥ {MIN_CORRELATION_N} runs" in fig.layout.title.text
     assert not [t for t in fig.data if (t.meta or {}).get("fit")]
     assert sum(len(t.x) for t in fig.data if t.x is not None and t.x[0] is not None) == 3
     same = few.assign(aog=0.02)
-    fig = plots.drift_vs_ood_figure(results=same, min_n=3)
+    fig = drift_vs_ood_figure(results=same, min_n=3)
     assert "correlation not defined" in fig.layout.title.text
     assert not [t for t in fig.data if (t.meta or {}).get("fit")]
     with pytest.raises(ValueError, match="min_n"):
-        plots.drift_vs_ood_figure(results=few, min_n=2)
+        drift_vs_ood_figure(results=few, min_n=2)
 
 
 # --------------------------------------------------------------------------- labels
@@ -426,7 +436,7 @@ def test_drift_vs_ood_draws_no_correlation_or_line_below_min_n(results):
 def test_label_histogram_of_teacher_probabilities(sweep, results):
     rid = run_of(results, "teacher")
     margin = pd.read_parquet(sweep / "runs" / rid / "labels.parquet")["margin"].to_numpy()
-    fig = plots.label_confidence_figure(sweep / "runs" / rid)
+    fig = label_confidence_figure(sweep / "runs" / rid)
     np.testing.assert_allclose(fig.data[0].x, 1 / (1 + np.exp(-margin)))
     assert fig.layout.meta["q_mean"] == pytest.approx(float(np.mean(1 / (1 + np.exp(-margin)))))
     assert fig.layout.xaxis.title.text.startswith("soft label q")
@@ -434,23 +444,23 @@ def test_label_histogram_of_teacher_probabilities(sweep, results):
 
 def test_uninformative_labels_are_flagged():
     q = pd.DataFrame({"pair_id": range(200), "q": np.random.default_rng(0).uniform(0.48, 0.53, 200)})
-    fig = plots.label_confidence_figure(labels=q)
+    fig = label_confidence_figure(labels=q)
     assert fig.layout.meta["uninformative"]
     assert "nearly uninformative" in fig.layout.title.text and "mean q 0.50" in fig.layout.title.text
-    sharp = plots.label_confidence_figure(labels=q.assign(q=np.where(q["q"] > 0.5, 0.95, 0.05)))
+    sharp = label_confidence_figure(labels=q.assign(q=np.where(q["q"] > 0.5, 0.95, 0.05)))
     assert not sharp.layout.meta["uninformative"]
     with pytest.raises(ValueError, match=r"\[0, 1\]"):
-        plots.label_confidence_figure(labels=q.assign(q=q["q"] + 1))
+        label_confidence_figure(labels=q.assign(q=q["q"] + 1))
     with pytest.raises(ValueError, match="neither 'q' nor 'margin'"):
-        plots.label_confidence_figure(labels=q.rename(columns={"q": "p"}))
+        label_confidence_figure(labels=q.rename(columns={"q": "p"}))
 
 
 # --------------------------------------------------------------------------- export
 
 
 def test_export_html_is_standalone_and_holds_the_data(sweep, tmp_path):
-    fig = plots.accuracy_figure(sweep)
-    out = plots.export_figure(fig, tmp_path / "sub" / "acc.html")
+    fig = accuracy_figure(sweep)
+    out = export_figure(fig, tmp_path / "sub" / "acc.html")
     text = out.read_text(encoding="utf-8")
     assert 'src="https://cdn.plot.ly' not in text and len(text) > 1_000_000  # plotly.js inline
     assert "weak teacher (gold labels)" in text
@@ -459,20 +469,20 @@ def test_export_html_is_standalone_and_holds_the_data(sweep, tmp_path):
 
 
 def test_export_falls_back_to_html_without_a_browser(sweep, tmp_path, monkeypatch, caplog):
-    fig = plots.transfer_figure(sweep)
+    fig = transfer_figure(sweep)
 
     def no_browser(*args, **kwargs):
         raise RuntimeError("Kaleido requires Google Chrome to be installed.")
 
     monkeypatch.setattr(type(fig), "write_image", no_browser)
-    with caplog.at_level(logging.WARNING, logger="anchorviz.viz.plots"):
-        out = plots.export_figure(fig, tmp_path / "tr.png")
+    with caplog.at_level(logging.WARNING, logger="anchorviz.viz"):
+        out = export_figure(fig, tmp_path / "tr.png")
     assert out == tmp_path / "tr.html" and out.is_file()
     assert "apt-get install chromium" in caplog.text and "tr.html" in caplog.text
-    with pytest.raises(plots.ExportError, match="requires Google Chrome"):
-        plots.export_figure(fig, tmp_path / "tr.svg", fallback=False)
+    with pytest.raises(ExportError, match="requires Google Chrome"):
+        export_figure(fig, tmp_path / "tr.svg", fallback=False)
     with pytest.raises(ValueError, match="unknown suffix '.gif'"):
-        plots.export_figure(fig, tmp_path / "tr.gif")
+        export_figure(fig, tmp_path / "tr.gif")
 
 
 def _has_browser() -> bool:
@@ -481,7 +491,7 @@ def _has_browser() -> bool:
 
 @pytest.mark.skipif(not _has_browser(), reason="static export needs a Chrome/Chromium browser")
 def test_export_svg_with_kaleido(sweep, tmp_path):
-    out = plots.export_figure(plots.label_confidence_figure(
+    out = export_figure(label_confidence_figure(
         labels=pd.DataFrame({"q": [0.2, 0.6, 0.7, 0.9]})), tmp_path / "q.svg", fallback=False)
     assert out.suffix == ".svg" and out.read_text()[:200].lstrip().startswith("<svg")
     assert math.isfinite(out.stat().st_size) and out.stat().st_size > 1000
@@ -491,26 +501,25 @@ def test_export_svg_with_kaleido(sweep, tmp_path):
 
 
 def test_plots_name_missing_directories_and_tables(tmp_path: Path) -> None:
-    plots = pytest.importorskip("anchorviz.plots", reason="anchorviz.plots not importable")
     missing = tmp_path / "no-sweep"
     with pytest.raises(FileNotFoundError, match=rf"sweep directory {re.escape(str(missing))} "
                                                 "does not exist"):
-        plots.load_results(missing)
+        load_results(missing)
     with pytest.raises(FileNotFoundError, match="does not exist"):
-        plots.accuracy_figure(missing)
+        accuracy_figure(missing)
     empty = tmp_path / "empty"
     (empty / "runs").mkdir(parents=True)
     with pytest.raises(FileNotFoundError, match=r"no results table .*the sweep may still be running"):
-        plots.load_results(empty)
+        load_results(empty)
     with pytest.raises(FileNotFoundError, match="run directory .* does not exist"):
-        plots.load_run_table(empty / "runs" / "naive-x", "scores")
+        load_run_table(empty / "runs" / "naive-x", "scores")
     (empty / "runs" / "naive-x").mkdir()
     with pytest.raises(FileNotFoundError, match=r"drift\.parquet does not exist"):
-        plots.load_run_table(empty / "runs" / "naive-x", "drift")
+        load_run_table(empty / "runs" / "naive-x", "drift")
     with pytest.raises(ValueError, match="unknown run table 'bogus'"):
-        plots.load_run_table(empty / "runs" / "naive-x", "bogus")
+        load_run_table(empty / "runs" / "naive-x", "bogus")
     with pytest.raises(FileNotFoundError, match=r"run 'nope': directory .* does not exist"):
-        plots.run_path(empty, "nope")
+        run_path(empty, "nope")
     (empty / "file").write_text("x")
     with pytest.raises(FileNotFoundError, match="is not a directory"):
-        plots.load_results(empty / "file")
+        load_results(empty / "file")

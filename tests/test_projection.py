@@ -1,4 +1,4 @@
-"""Tests for anchorviz.projection.SharedProjection (UMAP + PCA fallback)."""
+"""Tests for anchorviz.analysis.projection.SharedProjection (UMAP + PCA fallback)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import pytest
 import torch
 from conftest import related_states, with_value
 
-from anchorviz import projection
-from anchorviz.projection import SharedProjection
+from anchorviz.analysis import projection
+from anchorviz.analysis.projection import SharedProjection
 
 
 def _clusters(n_per: int = 40, d: int = 64, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:

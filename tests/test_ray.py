@@ -17,9 +17,10 @@ ray = pytest.importorskip("ray", reason="the Ray backend tests need ray: "
 
 from tiny_project import tiny_config  # noqa: E402
 
-from anchorviz.experiment import SweepConfig, expand_sweep, sweep  # noqa: E402
-from anchorviz.runner import build_graph, node_resources, run_graph  # noqa: E402
-from anchorviz.store import RunStore  # noqa: E402
+from anchorviz.config import SweepConfig, expand_sweep  # noqa: E402
+from anchorviz.pipeline.runner import build_graph, node_resources, run_graph  # noqa: E402
+from anchorviz.pipeline.store import RunStore  # noqa: E402
+from anchorviz.pipeline.sweep import sweep  # noqa: E402
 
 COLS = ["run_id", "acc_id", "acc_ood", "wrg", "aog", "nts", "pgr", "drift_cos_target",
         "drift_cka_target", "acc_val"]
@@ -90,7 +91,7 @@ def test_a_worker_killed_mid_run_is_retried_and_nothing_is_lost(ray_local, proje
         os.kill(killed["pid"], 0)  # that worker is gone; Ray ran the node again on another
     assert sorted(done) == sorted(n.id for n in nodes)  # every node ran, the killed one again
     _finished_everything(out, sw)
-    from anchorviz.experiment import results_table
+    from anchorviz.pipeline.results import results_table
 
     pd.testing.assert_frame_equal(local[COLS], results_table(out)[COLS])
 

@@ -6,11 +6,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from anchorviz.analysis.metrics import pairwise_accuracy
+from anchorviz.config import TrainConfig
 from anchorviz.data import load_pairs, split_by_prompt
-from anchorviz.metrics import pairwise_accuracy
 from anchorviz.models import load_reward_model
-from anchorviz.tokenization import encode_pairs
-from anchorviz.train import TrainConfig, score_pairs, train_reward_model
+from anchorviz.models.tokenization import encode_pairs
+from anchorviz.training.loop import score_pairs, train_reward_model
 
 
 @pytest.mark.slow

@@ -12,8 +12,7 @@ import pytest
 from safetensors.torch import save_file
 from tiny_project import save_tiny_model, tiny_config
 
-import anchorviz.experiment as ex
-from anchorviz.metrics import pairwise_accuracy
+from anchorviz.analysis.metrics import pairwise_accuracy
 from anchorviz.models import (
     CHECKPOINT_FILE,
     ModelError,
@@ -21,11 +20,14 @@ from anchorviz.models import (
     head_state,
     load_checkpoint,
     load_reward_model,
-    load_run_model,
     load_trainable_state,
     save_checkpoint,
 )
-from anchorviz.train import score_pairs
+from anchorviz.pipeline.prepare import data_config, eval_splits, prepare_data
+from anchorviz.pipeline.steps import _encode
+from anchorviz.pipeline.store import load_run_model
+from anchorviz.pipeline.sweep import run
+from anchorviz.training.loop import score_pairs
 
 LORA = {"r": 4, "target_modules": ["query", "value"]}
 
@@ -33,10 +35,10 @@ LORA = {"r": 4, "target_modules": ["query", "value"]}
 def _rescored(run_dir, cfg):
     """Scores of the model reloaded from ``run_dir`` on every eval split: {split: (rc, rr)}."""
     model, tok = load_run_model(run_dir)
-    data = ex.prepare_data(ex.data_config(cfg))
+    data = prepare_data(data_config(cfg))
     out = {}
-    for split in ex.eval_splits(data):
-        enc = ex._encode(tok, data[split], cfg)
+    for split in eval_splits(data):
+        enc = _encode(tok, data[split], cfg)
         rc, rr = score_pairs(model, enc, batch_size=cfg.capture.batch_size)
         out[split] = (enc.pair_ids, rc, rr)
     return out
@@ -49,7 +51,7 @@ def test_stored_metrics_equal_those_of_the_reloaded_model_on_every_split(tmp_pat
     # checkpoint (the old behaviour) gives visibly different rewards
     over.update({"student_train.lr": 5e-3, "student_train.epochs": 2})
     cfg = tiny_config(tmp_path, **over)
-    results = ex.run(cfg, tmp_path / "out", progress=False)
+    results = run(cfg, tmp_path / "out", progress=False)
     assert [r.kind for r in results] == ["teacher", "ceiling", "student"]
     for res in results:
         metrics = json.loads((res.run_dir / "metrics.json").read_text())
@@ -113,7 +115,7 @@ def test_a_checkpoint_is_refused_by_another_base_model_or_another_fine_tune(tmp_
 
 def test_load_run_model_refuses_a_damaged_or_unfinished_run(tmp_path):
     cfg = tiny_config(tmp_path)
-    student = ex.run(cfg, tmp_path / "out", progress=False)[-1].run_dir
+    student = run(cfg, tmp_path / "out", progress=False)[-1].run_dir
     ckpt = student / CHECKPOINT_FILE
     data = bytearray(ckpt.read_bytes())
     data[-10] ^= 0xFF

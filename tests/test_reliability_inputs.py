@@ -11,9 +11,20 @@ from pathlib import Path
 import pytest
 from tiny_project import save_tiny_model, tiny_config
 
-import anchorviz.experiment as ex
-from anchorviz import paths, zoo
-from anchorviz.cli import demo_sweep
+from anchorviz import paths
+from anchorviz.config import RunConfig, expand_sweep
+from anchorviz.models import zoo
+from anchorviz.pipeline.demo import demo_sweep
+from anchorviz.pipeline.keys import (
+    local_inputs,
+    reference_key,
+    run_id_for,
+    student_key,
+    teacher_key,
+)
+from anchorviz.pipeline.prepare import _DATA_CACHE
+from anchorviz.pipeline.results import results_table
+from anchorviz.pipeline.sweep import run
 
 
 def _invert_labels(path: Path) -> None:
@@ -30,19 +41,19 @@ def _invert_labels(path: Path) -> None:
 def test_inverting_the_labels_of_a_local_data_file_in_place_retrains(tmp_path, count_training):
     cfg = tiny_config(tmp_path)
     out = tmp_path / "out"
-    first = {r.kind: r for r in ex.run(cfg, out, progress=False)}
+    first = {r.kind: r for r in run(cfg, out, progress=False)}
     assert len(count_training) == 3
     _invert_labels(Path(cfg.data.source))
     # this process's prepared-data cache is keyed by the config, not by the file's content
-    ex._DATA_CACHE.clear()
-    second = {r.kind: r for r in ex.run(cfg, out, progress=False)}
+    _DATA_CACHE.clear()
+    second = {r.kind: r for r in run(cfg, out, progress=False)}
     assert len(count_training) == 6  # teacher, ceiling and student all trained again
     for kind in ("teacher", "ceiling", "student"):
         assert second[kind].computed and second[kind].run_id != first[kind].run_id
-    key = ex.teacher_key(cfg)
+    key = teacher_key(cfg)
     assert key["inputs"][cfg.data.source].startswith("sha256:")
     # both generations stay in the store; the table tells them apart by the fingerprint
-    table = ex.results_table(out)
+    table = results_table(out)
     assert len(table) == 6
     col = f"cfg.inputs.{cfg.data.source}"
     assert col in table.columns and table[col].nunique() == 2
@@ -50,19 +61,19 @@ def test_inverting_the_labels_of_a_local_data_file_in_place_retrains(tmp_path, c
 
 def test_a_changed_local_model_folder_changes_the_keys_that_use_it(tmp_path):
     cfg = tiny_config(tmp_path)
-    t, s, r = ex.teacher_key(cfg), ex.student_key(cfg, "student"), ex.reference_key(cfg)
+    t, s, r = teacher_key(cfg), student_key(cfg, "student"), reference_key(cfg)
     save_tiny_model(Path(cfg.models.student), layers=2, seed=9)  # other weights, same place
-    assert ex.teacher_key(cfg) == t  # the teacher does not read the student's folder
-    assert ex.run_id_for(ex.student_key(cfg, "student")) != ex.run_id_for(s)
-    assert ex.reference_key(cfg) != r
+    assert teacher_key(cfg) == t  # the teacher does not read the student's folder
+    assert run_id_for(student_key(cfg, "student")) != run_id_for(s)
+    assert reference_key(cfg) != r
 
 
 def test_named_datasets_and_zoo_models_add_nothing_to_the_key():
-    for cfg in ex.expand_sweep(demo_sweep(seeds=(0, 1))):
-        for key in (ex.teacher_key(cfg), ex.student_key(cfg, "student"),
-                    ex.student_key(cfg, "ceiling"), ex.reference_key(cfg)):
+    for cfg in expand_sweep(demo_sweep(seeds=(0, 1))):
+        for key in (teacher_key(cfg), student_key(cfg, "student"),
+                    student_key(cfg, "ceiling"), reference_key(cfg)):
             assert "inputs" not in key and "inputs" not in key.get("teacher", {})
-    assert ex.local_inputs(ex.RunConfig(), "minilm-l6") == {}
+    assert local_inputs(RunConfig(), "minilm-l6") == {}
 
 
 def test_fingerprints_cheap_and_full(tmp_path, monkeypatch):

@@ -14,8 +14,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tiny_project import tiny_config, write_pairs
 
-import anchorviz.experiment as ex
-from anchorviz.store import RunStore
+from anchorviz.config import target_name, with_overrides
+from anchorviz.pipeline.store import RunStore
+from anchorviz.pipeline.sweep import run
 
 
 @given(st.text(min_size=0, max_size=300))
@@ -34,9 +35,9 @@ def test_plain_names_are_unchanged():
 
     for name in ("amazon", "nyt", "tweets", "realdata-pku-safe", "_tmp_x_data_tgt.jsonl", "a.b-c_d"):
         assert safe_component(name) == name
-    assert ex.target_name("vader-amazon") == "amazon"
-    assert ex.target_name("/data/t.jsonl") == "t"  # a local file: its stem
-    assert ex.target_name("vader-../../../../t.jsonl") == "________t.jsonl"
+    assert target_name("vader-amazon") == "amazon"
+    assert target_name("/data/t.jsonl") == "t"  # a local file: its stem
+    assert target_name("vader-../../../../t.jsonl") == "________t.jsonl"
     assert safe_component("x" * 300) != safe_component("x" * 299 + "y")  # shortened apart
 
 
@@ -50,16 +51,16 @@ def test_a_target_name_with_dot_dot_writes_nothing_outside_the_run_folder(tmp_pa
     real.parent.mkdir(parents=True, exist_ok=True)
     write_pairs(real, 40, seed=5, domain="book")
     monkeypatch.chdir(work)
-    cfg = ex.with_overrides(cfg, **{"data.targets": [target]})
+    cfg = with_overrides(cfg, **{"data.targets": [target]})
     out = tmp_path / "store" / "out"
     before = {p for p in tmp_path.rglob("*") if p.is_file()}
-    ex.run(cfg, out, progress=False)
+    run(cfg, out, progress=False)
     new = {p for p in tmp_path.rglob("*") if p.is_file()} - before
     outside = sorted(str(p) for p in new if out not in p.parents)
     assert not outside, outside
     captures = [p for p in new if p.suffix == ".safetensors" and "target_test" in p.name]
     assert captures and all(".." not in p.relative_to(out).parts for p in captures)
-    short = ex.target_name(target)
+    short = target_name(target)
     assert "/" not in short and ".." not in short
     assert all(p.name == f"target_test__{short}.safetensors" for p in captures)
 

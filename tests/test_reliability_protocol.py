@@ -10,9 +10,18 @@ import pytest
 import yaml
 from tiny_project import tiny_config, write_pairs
 
-import anchorviz.experiment as ex
 from anchorviz.cli import EXIT_CONFIG, main
-from anchorviz.experiment import ConfigError, config_from_dict
+from anchorviz.config import (
+    ConfigError,
+    config_from_dict,
+    expand_sweep,
+    target_name,
+    with_overrides,
+)
+from anchorviz.pipeline.keys import student_key, teacher_key
+from anchorviz.pipeline.prepare import data_config, prepare_data, protocol_report
+from anchorviz.pipeline.results import base_config_columns, results_table
+from anchorviz.pipeline.sweep import run
 
 
 def test_a_target_that_is_the_source_is_refused_before_any_work(tmp_path, monkeypatch, capsys):
@@ -51,10 +60,10 @@ def test_a_target_sharing_pairs_with_the_source_training_splits_loses_them(tmp_p
     own = write_pairs(tmp_path / "data" / "own.jsonl", 30, seed=11, domain="book")
     lines = open(cfg.data.source).read().splitlines()[:60] + open(own).read().splitlines()
     mixed.write_text("\n".join(lines) + "\n")
-    cfg = ex.with_overrides(cfg, **{"data.targets": [str(mixed)]})
-    data = ex.prepare_data(ex.data_config(cfg))
-    split = f"target_test:{ex.target_name(str(mixed))}"
-    dropped = ex.protocol_report(data)[split]
+    cfg = with_overrides(cfg, **{"data.targets": [str(mixed)]})
+    data = prepare_data(data_config(cfg))
+    split = f"target_test:{target_name(str(mixed))}"
+    dropped = protocol_report(data)[split]
     assert dropped > 0
     pairs, prompts = set(), set()
     for name in ("teacher_train", "w2s_train", "val"):
@@ -62,19 +71,19 @@ def test_a_target_sharing_pairs_with_the_source_training_splits_loses_them(tmp_p
         prompts |= set(data[name]["prompt"])
     for _, row in data[split].iterrows():
         assert (row.prompt, row.chosen, row.rejected) not in pairs and row.prompt not in prompts
-    teacher = ex.run(cfg, tmp_path / "out", progress=False)[0]
+    teacher = run(cfg, tmp_path / "out", progress=False)[0]
     assert teacher.metrics["protocol_dropped"] == {split: dropped}
 
 
 def test_two_base_configs_in_one_out_are_told_apart_in_the_table(tmp_path):
     out = tmp_path / "out"
     a = tiny_config(tmp_path)
-    ex.run(a, out, progress=False)
-    single = ex.results_table(out)
+    run(a, out, progress=False)
+    single = results_table(out)
     assert not [c for c in single.columns if c.startswith("cfg.")]  # one base: no extra columns
-    b = ex.with_overrides(a, **{"student_train.lr": 3e-3})
-    ex.run(b, out, progress=False)
-    table = ex.results_table(out)
+    b = with_overrides(a, **{"student_train.lr": 3e-3})
+    run(b, out, progress=False)
+    table = results_table(out)
     assert sorted(table["kind"]) == ["ceiling", "ceiling", "student", "student", "teacher"]
     extra = [c for c in table.columns if c.startswith("cfg.")]
     assert extra == ["cfg.train.lr"]
@@ -89,15 +98,15 @@ def test_two_base_configs_in_one_out_are_told_apart_in_the_table(tmp_path):
 
 
 def test_base_config_columns_ignore_the_grid_and_split_per_seed():
-    from anchorviz.cli import demo_sweep
+    from anchorviz.pipeline.demo import demo_sweep
 
     sw = demo_sweep(strength=0.8, seeds=(0, 1, 2))
     sw.methods, sw.anchor_layers, sw.artifact_strengths = ["naive", "confidence", "anchor"], \
         ["last", "middle"], [0.0, 0.8]
     keys = []
-    for c in ex.expand_sweep(sw):
-        keys += [ex.teacher_key(c), ex.student_key(c, "ceiling"), ex.student_key(c, "student")]
-    assert ex.base_config_columns(keys) == {}
-    other = ex.with_overrides(ex.expand_sweep(sw)[0], **{"data.w2s_train": 123})
-    cols = ex.base_config_columns(keys + [ex.student_key(other, "student")])
+    for c in expand_sweep(sw):
+        keys += [teacher_key(c), student_key(c, "ceiling"), student_key(c, "student")]
+    assert base_config_columns(keys) == {}
+    other = with_overrides(expand_sweep(sw)[0], **{"data.w2s_train": 123})
+    cols = base_config_columns(keys + [student_key(other, "student")])
     assert "cfg.data.w2s_train" in cols and "cfg.teacher.data.w2s_train" in cols

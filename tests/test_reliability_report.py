@@ -9,16 +9,17 @@ import pandas as pd
 import pytest
 from tiny_project import tiny_config
 
-import anchorviz.experiment as ex
 from anchorviz.cli import EXIT_DATA, EXIT_OK, main
-from anchorviz.store import RunStore
+from anchorviz.pipeline.results import results_table
+from anchorviz.pipeline.store import RunStore
+from anchorviz.pipeline.sweep import run
 
 
 @pytest.fixture
 def finished(tmp_path):
     """A finished tiny run folder: {kind: run dir}, and its output folder."""
     out = tmp_path / "out"
-    results = ex.run(tiny_config(tmp_path), out, progress=False)
+    results = run(tiny_config(tmp_path), out, progress=False)
     return {r.kind: r.run_dir for r in results}, out
 
 
@@ -60,7 +61,7 @@ def test_failed_and_unreadable_runs_are_listed_and_nothing_readable_is_an_error(
     store = RunStore(out)
     tmp = store.begin("naive-0123456789ab")
     store.fail(tmp, "naive-0123456789ab", "h", "NonFiniteLossError: non-finite loss at step 3\nTraceback")
-    table = ex.results_table(out)
+    table = results_table(out)
     assert table.attrs["unreadable"] == {
         "naive-0123456789ab": "status 'failed': NonFiniteLossError: non-finite loss at step 3"}
     for d in runs.values():
@@ -79,10 +80,10 @@ def test_a_verified_run_that_cannot_be_parsed_is_listed_not_fatal(finished):
     del m["accuracy"]
     (d / "metrics.json").write_text(json.dumps(m))
     man = json.loads((d / "MANIFEST.json").read_text())
-    from anchorviz.store import file_sha256
+    from anchorviz.paths import file_sha256
 
     man["files"]["metrics.json"] = file_sha256(d / "metrics.json")
     (d / "MANIFEST.json").write_text(json.dumps(man))
-    table = ex.results_table(out)
+    table = results_table(out)
     assert sorted(table["kind"]) == ["student", "teacher"]
     assert "KeyError" in table.attrs["unreadable"][d.name]

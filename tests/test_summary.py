@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from anchorviz.summary import (
+from anchorviz.analysis.summary import (
     anchor_beats_naive,
     best_on_source_val,
     failure_mode,

@@ -10,8 +10,8 @@ import pytest
 from conftest import MB, pairs_rows, toy_pairs, word_tokenizer, write_jsonl
 
 from anchorviz.data import load_pairs
+from anchorviz.models.tokenization import TokenizationError, encode_pairs, encode_side, pad_side
 from anchorviz.paths import cache_dir
-from anchorviz.tokenization import TokenizationError, encode_pairs, encode_side, pad_side
 
 
 def _decode(tok, ids):
@@ -46,7 +46,7 @@ def test_decoder_eos_is_response_not_padding(dec_tok):
     assert chosen.response_mask.tolist() == [[0, 0, 1, 1, 1]]
     assert rejected.response_mask.tolist() == [[0, 0, 1, 1, 1, 1, 1]]
     # joint padding: the pad ids equal eos, yet the mask keeps the real eos and drops padding
-    from anchorviz.train import joint_batch
+    from anchorviz.training.loop import joint_batch
 
     batch, index = joint_batch(enc, [0])
     assert index == [(0, 0), (0, 1)]
@@ -91,7 +91,7 @@ def test_tokenizer_without_pad_or_eos_is_rejected():
 
 
 def test_length_batches_shortest_first_ties_in_order():
-    from anchorviz.tokenization import length_batches
+    from anchorviz.models.tokenization import length_batches
 
     assert length_batches([3, 1, 2, 1, 5], 2) == [[1, 3], [2, 0], [4]]
     assert length_batches([], 4) == []

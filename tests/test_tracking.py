@@ -13,16 +13,10 @@ import pandas as pd
 import pytest
 from tiny_project import tiny_config
 
-from anchorviz.experiment import (
-    ConfigError,
-    config_from_dict,
-    run,
-    run_id_for,
-    student_key,
-    teacher_key,
-    with_overrides,
-)
-from anchorviz.tracking import check_report_to, final_metrics, step_metrics
+from anchorviz.config import ConfigError, config_from_dict, with_overrides
+from anchorviz.pipeline.keys import run_id_for, student_key, teacher_key
+from anchorviz.pipeline.sweep import run
+from anchorviz.training.tracking import check_report_to, final_metrics, step_metrics
 
 
 def _anchor_cfg(tmp_path, report_to):
@@ -45,7 +39,7 @@ def test_bad_report_to_is_a_config_error(tmp_path, monkeypatch):
     d["report_to"] = ["tensorbord"]
     with pytest.raises(ConfigError, match="unknown backend 'tensorbord'"):
         config_from_dict(d)
-    import anchorviz.tracking as tracking
+    import anchorviz.training.tracking as tracking
 
     monkeypatch.setattr(tracking, "_installed", lambda b: b != "wandb")
     d["report_to"] = ["wandb"]

@@ -15,26 +15,25 @@ import torch
 from conftest import tiny_backbone, tiny_model_and_pairs, toy_pairs, word_tokenizer
 from tiny_project import save_tiny_model
 
-from anchorviz.capture import capture_states
+from anchorviz.analysis.capture import capture_states
+from anchorviz.config import TrainConfig, TrainError
 from anchorviz.data import PAIR_COLUMNS
-from anchorviz.losses import NonFiniteLossError, anchor_loss
 from anchorviz.models import ModelError, RewardModel, disable_dropout, pool_states
-from anchorviz.reference import (
+from anchorviz.models.tokenization import encode_pairs
+from anchorviz.training.loop import (
+    Objective,
+    joint_batch,
+    lr_factor,
+    score_pairs,
+    train_reward_model,
+)
+from anchorviz.training.losses import NonFiniteLossError, anchor_loss
+from anchorviz.training.reference import (
     AdapterOffReference,
     CachedReference,
     CopyReference,
     ReferenceSetupError,
     choose_strategy,
-)
-from anchorviz.tokenization import encode_pairs
-from anchorviz.train import (
-    Objective,
-    TrainConfig,
-    TrainError,
-    joint_batch,
-    lr_factor,
-    score_pairs,
-    train_reward_model,
 )
 
 
@@ -205,7 +204,7 @@ def test_objective_rejects_unknown_anchor_normalise():
 
 @pytest.mark.parametrize("normalise", ["pair", "token"])
 def test_anchor_normalise_reaches_anchor_loss_with_pairs_grouped(monkeypatch, normalise):
-    import anchorviz.train as train_mod
+    import anchorviz.training.loop as train_mod
 
     calls = []
 
@@ -263,7 +262,8 @@ def test_bad_settings_and_nan_guard():
 def test_optimizer_implementations_agree_and_bad_names_are_refused():
     import torch
 
-    from anchorviz.train import TrainConfig, TrainError, make_optimizer
+    from anchorviz.config import TrainConfig, TrainError
+    from anchorviz.training.loop import make_optimizer
 
     def steps(name: str) -> torch.Tensor:
         torch.manual_seed(0)

@@ -9,9 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from anchorviz import vader
-from anchorviz.data import PAIR_COLUMNS
-from anchorviz.vader import (
+from anchorviz.data import PAIR_COLUMNS, vader
+from anchorviz.data.vader import (
     VADER_DOMAINS,
     VADER_SDIST_NAME,
     VaderDataError,

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 import types
 from pathlib import Path
 
@@ -11,7 +10,7 @@ import pandas as pd
 import pytest
 from fake_sweep import write_fake_sweep
 
-from anchorviz.widgets import RunLauncher, SweepExplorer, lambda_label, select_run
+from anchorviz.viz.widgets import RunLauncher, SweepExplorer, lambda_label, select_run
 
 
 @pytest.fixture(scope="module")
@@ -326,9 +325,9 @@ def _explicit_colors(fig) -> list[str]:
 
 
 def test_colours_are_the_colour_blind_safe_palette(explorer):
-    from anchorviz import plots
+    from anchorviz.viz.common import OKABE_ITO, TEMPLATE
 
-    okabe_ito = {c.upper() for c in plots.OKABE_ITO.values()}
+    okabe_ito = {c.upper() for c in OKABE_ITO.values()}
     explorer.update(method="anchor", lambda_=0.1, layer="last", target="nyt", seed=0,
                     color_by="side")
     for name, fig in explorer.figures.items():
@@ -336,17 +335,17 @@ def test_colours_are_the_colour_blind_safe_palette(explorer):
         assert colors, name
         assert set(colors) <= okabe_ito, (name, set(colors) - okabe_ito)
         assert list(fig.layout.template.layout.colorway) == list(
-            plots.TEMPLATE.layout.colorway), name
+            TEMPLATE.layout.colorway), name
     umap = explorer.figures["umap"]
     side = {tr.name.split(" · ")[1]: tr.marker.color.upper() for tr in umap.data
             if isinstance(tr.meta, dict) and tr.meta.get("model") == "student" and tr.visible}
     # chosen / rejected: blue / orange, never a red / green pair
-    assert side == {"chosen responses": plots.OKABE_ITO["blue"].upper(),
-                    "rejected responses": plots.OKABE_ITO["orange"].upper()}
+    assert side == {"chosen responses": OKABE_ITO["blue"].upper(),
+                    "rejected responses": OKABE_ITO["orange"].upper()}
     drift = explorer.figures["drift"]
     selected = drift_trace(drift, "selected", "source", "cka").line.color
     naive = drift_trace(drift, "naive", "source", "cka").line.color
-    assert selected != naive and {selected, naive} <= set(plots.OKABE_ITO.values())
+    assert selected != naive and {selected, naive} <= set(OKABE_ITO.values())
     explorer.update(color_by="domain")
 
 
@@ -377,7 +376,7 @@ def test_launcher_status_escapes_error_messages(monkeypatch, tmp_path):
         raise RuntimeError("<script>alert('x')</script> & <b>bold</b>")
 
     mod.run = run
-    monkeypatch.setitem(sys.modules, "anchorviz.experiment", mod)
+    use_fake_pipeline(monkeypatch, mod)
     launcher = RunLauncher({"method": {"name": "anchor"}}, out_dir=tmp_path)
     launcher.layers_w.value = "<img src=x onerror=alert(1)>"
     assert launcher.launch() is None
@@ -393,8 +392,8 @@ def test_launcher_status_escapes_error_messages(monkeypatch, tmp_path):
 # --------------------------------------------------------------------------- launcher
 
 
-def fake_experiment(calls: list, fail: bool = False) -> types.ModuleType:
-    mod = types.ModuleType("anchorviz.experiment")
+def fake_experiment(calls: list, fail: bool = False) -> types.SimpleNamespace:
+    mod = types.SimpleNamespace()
 
     def config_from_dict(d):
         return dict(d)
@@ -419,9 +418,16 @@ def fake_experiment(calls: list, fail: bool = False) -> types.ModuleType:
     return mod
 
 
+def use_fake_pipeline(monkeypatch, mod) -> None:
+    """Patch the launcher's config and run functions where it looks them up."""
+    for name in ("config_from_dict", "load_config", "with_overrides"):
+        monkeypatch.setattr(f"anchorviz.config.{name}", getattr(mod, name))
+    monkeypatch.setattr("anchorviz.pipeline.sweep.run", mod.run)
+
+
 def test_launcher_runs_the_form_config(monkeypatch, tmp_path):
     calls: list = []
-    monkeypatch.setitem(sys.modules, "anchorviz.experiment", fake_experiment(calls))
+    use_fake_pipeline(monkeypatch, fake_experiment(calls))
     launcher = RunLauncher({"method": {"name": "naive"}, "seed": 3}, out_dir=tmp_path)
     assert launcher.method_w.value == "naive" and launcher.seed_w.value == 3
     assert launcher.lambda_w.disabled
@@ -440,7 +446,7 @@ def test_launcher_runs_the_form_config(monkeypatch, tmp_path):
 
 def test_launcher_shows_errors_instead_of_raising(monkeypatch, tmp_path):
     calls: list = []
-    monkeypatch.setitem(sys.modules, "anchorviz.experiment", fake_experiment(calls, fail=True))
+    use_fake_pipeline(monkeypatch, fake_experiment(calls, fail=True))
     launcher = RunLauncher({"method": {"name": "anchor", "anchor_lambda": 0.1}}, out_dir=tmp_path)
     assert launcher.launch() is None
     assert isinstance(launcher.last_error, RuntimeError)

@@ -13,18 +13,16 @@ import pandas as pd
 import pytest
 from tiny_project import tiny_config, write_pairs
 
-from anchorviz.data import DataError
-from anchorviz.experiment import (
+from anchorviz.config import (
     ConfigError,
     config_from_dict,
-    data_key,
     load_config,
-    prepare_data,
-    run_id_for,
     target_name,
-    teacher_key,
     with_overrides,
 )
+from anchorviz.data import DataError
+from anchorviz.pipeline.keys import data_key, run_id_for, teacher_key
+from anchorviz.pipeline.prepare import prepare_data
 
 
 def _renamed(src: Path, dst: Path) -> Path:
@@ -55,8 +53,8 @@ def test_default_config_run_ids_are_pinned():
     """The run ids of the default (string-named) datasets, as computed before dataset mappings
     existed: stores made then are read, not retrained. Change these only together with a
     deliberate TRAINING_CODE_VERSION / SPLIT_PROTOCOL bump."""
-    from anchorviz.experiment import RunConfig, student_key
-    from anchorviz.training.loop import TrainConfig
+    from anchorviz.config import RunConfig, TrainConfig
+    from anchorviz.pipeline.keys import student_key
 
     cfg = RunConfig()
     # RunConfig()'s defaults before 2026-12-04 (today's are the demo's tuned settings): the pins
@@ -170,8 +168,8 @@ def test_example_config_validates():
 def test_per_target_transfer_columns_with_intervals(tmp_path):
     """results rows carry aog_<t> / nts_<t> with _lo / _hi for every target, and the
     verdict's per-target columns are the point columns only."""
-    from anchorviz.experiment import _result_row
-    from anchorviz.summary import target_columns
+    from anchorviz.analysis.summary import target_columns
+    from anchorviz.pipeline.results import _result_row
 
     def iv(p):
         return {"point": p, "lo": p - 0.1, "hi": p + 0.1}
@@ -201,7 +199,7 @@ def test_per_target_transfer_columns_with_intervals(tmp_path):
 def test_run_with_a_named_target_file(tmp_path):
     """The whole pipeline with a mapped, named target: split, drift and result columns use
     the short name."""
-    from anchorviz.experiment import run
+    from anchorviz.pipeline.sweep import run
 
     cfg = tiny_config(tmp_path)
     other = write_pairs(tmp_path / "data" / "other.jsonl", 40, seed=9, domain="shop")

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 
-from anchorviz import zoo
+from anchorviz.models import zoo
 
 SENTENCES = [
     "The movie was surprisingly good, although the ending felt a little rushed.",

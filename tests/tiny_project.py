@@ -8,7 +8,7 @@ from pathlib import Path
 
 from conftest import tiny_backbone, toy_pairs, word_tokenizer
 
-from anchorviz.experiment import RunConfig, config_from_dict
+from anchorviz.config import RunConfig, config_from_dict
 
 
 def save_tiny_model(folder: Path, kind: str = "encoder", layers: int = 2, seed: int = 0) -> Path:

@@ -33,7 +33,7 @@ from anchorviz.data.schema import (
     TIE,
     DataError,
     DropReport,
-    _describe,
+    describe_value,
 )
 
 logger = logging.getLogger(__name__)
@@ -47,7 +47,7 @@ __all__ = [
 ]
 
 
-_HH_MARK = "\n\nAssistant:"
+HH_MARK = "\n\nAssistant:"
 
 
 _HH_STRICT_RE = re.compile(r"\n\n(Human|Assistant):")
@@ -82,7 +82,7 @@ class _RowSkip(Exception):
 
 
 @dataclass(frozen=True)
-class _BadRecord:
+class BadRecord:
     """A source record that could not even be parsed (invalid JSON line, not an object)."""
 
     message: str
@@ -128,7 +128,7 @@ def render_turns(turns: Sequence[Mapping[str, str]], style: str = "auto") -> str
     body = "".join(
         f"\n\n{_ROLE_LABEL.get(t['role'], t['role'].capitalize())}: {t['content']}" for t in turns
     )
-    return body + _HH_MARK
+    return body + HH_MARK
 
 
 def split_hh_dialogue(chosen: str, rejected: str) -> tuple[str, str, str]:
@@ -142,10 +142,10 @@ def split_hh_dialogue(chosen: str, rejected: str) -> tuple[str, str, str]:
     i = 0
     while i < n and chosen[i] == rejected[i]:
         i += 1
-    cut = chosen.rfind(_HH_MARK, 0, i)  # the last marker lying wholly inside the common prefix
+    cut = chosen.rfind(HH_MARK, 0, i)  # the last marker lying wholly inside the common prefix
     if cut == -1:
         raise ValueError('the two transcripts share no dialogue prefix ending in "\\n\\nAssistant:"')
-    end = cut + len(_HH_MARK)
+    end = cut + len(HH_MARK)
     return chosen[:end], chosen[end:].strip(), rejected[end:].strip()
 
 
@@ -167,7 +167,7 @@ def _req_str(row: Mapping[str, Any], col: str, *, empty_ok: bool = False) -> str
     if _is_missing(v):
         raise _RowProblem(MISSING_FIELD, col, "is missing", "a string")
     if not isinstance(v, str):
-        raise _RowProblem(NOT_A_STRING, col, f"is a {_describe(v)}", "a string")
+        raise _RowProblem(NOT_A_STRING, col, f"is a {describe_value(v)}", "a string")
     if not empty_ok and not v.strip():
         raise _RowProblem(EMPTY_RESPONSE, col, "is empty", "a non-empty string")
     return v
@@ -188,15 +188,15 @@ def _req_messages(row: Mapping[str, Any], col: str, *, allow_empty: bool = False
 def _as_messages(v: Any, col: str, *, allow_empty: bool = False) -> list[dict[str, str]]:
     expected = "a list of {role, content} messages (role and content strings)"
     if not _is_seq(v):
-        raise _RowProblem(MALFORMED_DIALOGUE, col, f"is a {_describe(v)}", expected)
+        raise _RowProblem(MALFORMED_DIALOGUE, col, f"is a {describe_value(v)}", expected)
     out: list[dict[str, str]] = []
     for k, m in enumerate(v):
         if not isinstance(m, Mapping):
-            raise _RowProblem(MALFORMED_DIALOGUE, col, f"message {k} is a {_describe(m)}", expected)
+            raise _RowProblem(MALFORMED_DIALOGUE, col, f"message {k} is a {describe_value(m)}", expected)
         role, content = m.get("role"), m.get("content")
         if not isinstance(role, str) or not isinstance(content, str):
             raise _RowProblem(
-                MALFORMED_DIALOGUE, col, f"message {k} has role {role!r}, content {_describe(content)}",
+                MALFORMED_DIALOGUE, col, f"message {k} has role {role!r}, content {describe_value(content)}",
                 expected,
             )
         out.append({"role": role, "content": content})
@@ -246,7 +246,7 @@ def _plain_turns(prompt: str) -> list[dict[str, str]] | None:
 
 
 def _looks_hh(prompt: str) -> bool:
-    return prompt.startswith("\n\nHuman:") and prompt.endswith(_HH_MARK)
+    return prompt.startswith("\n\nHuman:") and prompt.endswith(HH_MARK)
 
 
 # adapters: one source row -> prompt / chosen / rejected / prompt_turns / extra meta
@@ -490,7 +490,7 @@ def _native(v: Any) -> Any:
     return v
 
 
-def _ordered_columns(records: Sequence[Any]) -> list[str]:
+def ordered_columns(records: Sequence[Any]) -> list[str]:
     seen: dict[str, None] = {}
     for r in records:
         if isinstance(r, Mapping):
@@ -499,7 +499,7 @@ def _ordered_columns(records: Sequence[Any]) -> list[str]:
     return list(seen)
 
 
-def _run(
+def run_adapter(
     records: Iterable[Any],
     columns: Sequence[str],
     *,
@@ -527,10 +527,10 @@ def _run(
             break
         report.total += 1
         try:
-            if isinstance(rec, _BadRecord):
+            if isinstance(rec, BadRecord):
                 raise _RowProblem(MALFORMED_ROW, "<row>", rec.message, "one JSON object per row")
             if not isinstance(rec, Mapping):
-                raise _RowProblem(MALFORMED_ROW, "<row>", f"is a {_describe(rec)}",
+                raise _RowProblem(MALFORMED_ROW, "<row>", f"is a {describe_value(rec)}",
                                   "a mapping of column -> value")
             conv = adapter.convert(rec, cols, options)
         except _RowProblem as prob:
@@ -591,12 +591,12 @@ def adapt_records(
     if not recs:
         report = DropReport(dataset=dataset, source=source, split=split)
         return pd.DataFrame(columns=PAIR_COLUMNS), report
-    return _run(recs, _ordered_columns(recs), adapter=_adapter(adapter), column_map=column_map,
+    return run_adapter(recs, ordered_columns(recs), adapter=adapter_for(adapter), column_map=column_map,
                 options=dict(options or {}), dataset=dataset, domain=domain or dataset,
                 split=split, source=source, strict=strict, limit=limit)
 
 
-def _adapter(name: str) -> _Adapter:
+def adapter_for(name: str) -> _Adapter:
     try:
         return ADAPTERS[name]
     except KeyError:

@@ -29,7 +29,14 @@ from typing import Any
 import pandas as pd
 import yaml
 
-from anchorviz.data.adapters import _HH_MARK, ADAPTERS, _adapter, _BadRecord, _ordered_columns, _run
+from anchorviz.data.adapters import (
+    ADAPTERS,
+    HH_MARK,
+    BadRecord,
+    adapter_for,
+    ordered_columns,
+    run_adapter,
+)
 from anchorviz.data.schema import DataError, DropReport, dedupe_pairs, validate_pairs
 from anchorviz.paths import REPO_ROOT, realdata_dir
 
@@ -61,12 +68,12 @@ _LOCAL_SUFFIXES = _TEXT_SUFFIXES + (".parquet", ".pq")
 # reading local files
 
 
-def _strip_gz(name: str) -> str:
+def strip_gz(name: str) -> str:
     return name[:-3] if name.lower().endswith(".gz") else name
 
 
-def _kind(path: Path) -> str | None:
-    name = _strip_gz(path.name.lower())
+def file_kind(path: Path) -> str | None:
+    name = strip_gz(path.name.lower())
     for suf in _LOCAL_SUFFIXES:
         if name.endswith(suf):
             return suf
@@ -100,7 +107,7 @@ def _parse_jsonl(text: str, path: Path) -> list[Any]:
         try:
             out.append(json.loads(line))
         except json.JSONDecodeError as err:
-            out.append(_BadRecord(f"{path.name} line {lineno} is not valid JSON: {err.msg}"))
+            out.append(BadRecord(f"{path.name} line {lineno} is not valid JSON: {err.msg}"))
     return out
 
 
@@ -127,7 +134,7 @@ def _parse_json(text: str, path: Path) -> list[Any]:
 
 
 def _read_file(path: Path) -> list[Any]:
-    kind = _kind(path)
+    kind = file_kind(path)
     if kind in (".parquet", ".pq"):
         import pyarrow.parquet as pq
 
@@ -158,7 +165,7 @@ def _split_matches(rel: Path, split: str) -> bool:
 def _local_files(path: Path, split: str | None) -> list[Path]:
     if path.is_file():
         return [path]
-    files = sorted(p for p in path.rglob("*") if p.is_file() and _kind(p) is not None
+    files = sorted(p for p in path.rglob("*") if p.is_file() and file_kind(p) is not None
                    and not any(part.startswith(".") for part in p.relative_to(path).parts))
     if not files:
         raise DataError(f"{path}: directory holds no data files ({list(_LOCAL_SUFFIXES)}, optionally .gz)")
@@ -181,7 +188,7 @@ def _read_local(path: Path, split: str | None) -> tuple[list[Any], list[str], st
     if not records:
         raise DataError(f"{path}: contains no rows")
     source = str(path) if len(files) == 1 else f"{path} ({len(files)} files)"
-    return records, _ordered_columns(records), source
+    return records, ordered_columns(records), source
 
 
 def _read_hub(
@@ -243,7 +250,7 @@ def _read_manifest(path: Path) -> dict[str, Any]:
 _WARNED_NO_MANIFESTS: list[bool] = []
 
 
-def _manifests() -> dict[str, dict[str, Any]]:
+def known_manifests() -> dict[str, dict[str, Any]]:
     if not MANIFEST_DIR.is_dir():  # an install without its package data: say so, once
         if not _WARNED_NO_MANIFESTS:
             _WARNED_NO_MANIFESTS.append(True)
@@ -255,7 +262,7 @@ def _manifests() -> dict[str, dict[str, Any]]:
 
 def get_manifest(name: str) -> dict[str, Any]:
     """The parsed manifest of a named dataset (ValueError listing the known names if unknown)."""
-    ms = _manifests()
+    ms = known_manifests()
     if name not in ms:
         raise ValueError(f"unknown dataset {name!r}; known datasets: {sorted(ms)}")
     return ms[name]
@@ -270,7 +277,7 @@ def list_datasets(local: bool = False) -> pd.DataFrame:
     local file that is missing). Nothing is downloaded or created."""
     cols = ["name", "hub_id", "category", "licence", "adapter"]
     rows = []
-    for m in _manifests().values():
+    for m in known_manifests().values():
         row = {"name": m["name"], "hub_id": m.get("hub_id"), "category": m["category"],
                "licence": m["licence"], "adapter": m["adapter"]}
         if local:
@@ -291,7 +298,7 @@ def _local_copy(m: Mapping[str, Any]) -> tuple[bool, str | None]:
         return path.is_file(), str(path) if path.is_file() else None
     if m.get("local_file"):
         try:
-            path = _manifest_local_path(m)
+            path = manifest_local_path(m)
         except FileNotFoundError:  # the shared real-data folder is not on this machine
             return False, None
         return path.exists(), str(path)
@@ -310,7 +317,7 @@ def _local_copy(m: Mapping[str, Any]) -> tuple[bool, str | None]:
     return False, None
 
 
-def _manifest_local_path(m: Mapping[str, Any]) -> Path:
+def manifest_local_path(m: Mapping[str, Any]) -> Path:
     root_kind = m.get("local_root", "repo")
     if root_kind == "realdata":
         root = realdata_dir()
@@ -330,14 +337,14 @@ def _manifest_local_path(m: Mapping[str, Any]) -> Path:
 # main entry
 
 
-def _looks_like_path(s: str) -> bool:
-    return (s.startswith(("/", ".", "~")) or "\\" in s or _kind(Path(s)) is not None
+def looks_like_path(s: str) -> bool:
+    return (s.startswith(("/", ".", "~")) or "\\" in s or file_kind(Path(s)) is not None
             or s.lower().endswith(".gz"))
 
 
 def _dataset_name_from_path(p: Path) -> str:
-    name = _strip_gz(p.name)
-    kind = _kind(Path(name))
+    name = strip_gz(p.name)
+    kind = file_kind(Path(name))
     return name[: -len(kind)] if kind and p.is_file() else name
 
 
@@ -348,7 +355,7 @@ def _sniff_adapter(records: Sequence[Any], columns: Sequence[str]) -> str:
         return "helpsteer3"
     if {"chosen", "rejected"} <= cols and "prompt" not in cols:
         first = next((r for r in records if isinstance(r, Mapping)), {})
-        if isinstance(first.get("chosen"), str) and _HH_MARK in first["chosen"]:
+        if isinstance(first.get("chosen"), str) and HH_MARK in first["chosen"]:
             return "hh"
     return "pairs"
 
@@ -390,19 +397,19 @@ def load_pairs(
     if column_map is not None and not isinstance(column_map, Mapping):
         raise TypeError(f"column_map must be a mapping, got {type(column_map).__name__}")
     name = str(name_or_path)
-    manifests = _manifests()
+    manifests = known_manifests()
     if name in manifests:
         m = manifests[name]
         if m["adapter"] == "vader":
             return _load_vader(m, domain, limit)
-        spec = _adapter(adapter or m["adapter"])
+        spec = adapter_for(adapter or m["adapter"])
         cmap = {**m["columns"], **dict(column_map or {})}
         dom = domain or m.get("domain") or m["name"]
         if path is not None:
             records, columns, source = _read_local(Path(path).expanduser(), split)
             use_split = split
         elif m.get("local_file"):
-            records, columns, source = _read_local(_manifest_local_path(m), None)
+            records, columns, source = _read_local(manifest_local_path(m), None)
             use_split = None
         else:
             use_split = split or m["default_split"]
@@ -410,24 +417,24 @@ def load_pairs(
                 raise DataError(f"dataset {name!r} has splits {m['splits']}, not {use_split!r}")
             records, columns, source = _read_hub(m["hub_id"], m.get("config"), m.get("data_dir"),
                                                  use_split, m.get("revision"))
-        return _run(records, columns, adapter=spec, column_map=cmap, options=m["options"],
+        return run_adapter(records, columns, adapter=spec, column_map=cmap, options=m["options"],
                     dataset=m["name"], domain=dom, split=use_split, source=source,
                     strict=strict, limit=limit)
     if path is not None:
         raise ValueError(f"path= is for manifest names; {name!r} is not one (known: {sorted(manifests)})")
     p = Path(name).expanduser()
-    if p.exists() or _looks_like_path(name):
+    if p.exists() or looks_like_path(name):
         records, columns, source = _read_local(p, split)
-        spec = _adapter(adapter or ("pairs" if column_map else _sniff_adapter(records, columns)))
+        spec = adapter_for(adapter or ("pairs" if column_map else _sniff_adapter(records, columns)))
         ds_name = _dataset_name_from_path(p)
-        return _run(records, columns, adapter=spec, column_map=column_map, options={},
+        return run_adapter(records, columns, adapter=spec, column_map=column_map, options={},
                     dataset=ds_name, domain=domain or ds_name, split=split, source=source,
                     strict=strict, limit=limit)
     if column_map is not None or adapter is not None:
-        spec = _adapter(adapter or "pairs")
+        spec = adapter_for(adapter or "pairs")
         use_split = split or "train"
         records, columns, source = _read_hub(name, None, None, use_split)
-        return _run(records, columns, adapter=spec, column_map=column_map, options={},
+        return run_adapter(records, columns, adapter=spec, column_map=column_map, options={},
                     dataset=name, domain=domain or name, split=use_split, source=source,
                     strict=strict, limit=limit)
     raise ValueError(

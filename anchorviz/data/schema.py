@@ -144,7 +144,7 @@ class DropReport:
         return "\n".join(lines)
 
 
-def _describe(v: Any) -> str:
+def describe_value(v: Any) -> str:
     s = repr(v)
     return f"{type(v).__name__} {s[:60]}{'...' if len(s) > 60 else ''}"
 
@@ -175,7 +175,7 @@ def validate_pairs(df: pd.DataFrame, source: str) -> pd.DataFrame:
     def bad(row: int, col: str, what: str, value: Any) -> DataError:
         return DataError(
             f"{source}: row {row} (pair_id={ids[row]!r}): column {col!r} must be {what}, "
-            f"got {_describe(value)}"
+            f"got {describe_value(value)}"
         )
 
     for col in ("pair_id", "dataset", "domain"):

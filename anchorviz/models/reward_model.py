@@ -36,7 +36,6 @@ __all__ = [
     "load_backbone",
     "load_checkpoint",
     "load_reward_model",
-    "load_run_model",
     "load_trainable_state",
     "pool_states",
     "quiet_transformers",
@@ -507,38 +506,3 @@ def load_checkpoint(model: RewardModel, path) -> dict:
                          f"the model pools with {model.pooling!r}")
     load_trainable_state(model, load_file(str(path)), where=str(path))
     return meta
-
-
-def load_run_model(run_dir, *, device: str = "cpu", trust_remote_code: bool = False,
-                   verify: bool = True):
-    """``(RewardModel, tokenizer)``: the trained teacher, ceiling or student of a finished run
-    folder, rebuilt from its ``config.yaml`` (base model, pooling, dtype, LoRA) and its
-    checkpoint, in eval mode on ``device``. Its rewards are the run's stored scores.
-
-    ``verify`` first checks the run folder against its manifest (finished, every file matching
-    its sha256). Raises `ModelError` for an unfinished or damaged run, a base model that is
-    not the one trained, or a checkpoint that does not hold the trained parameters."""
-    from pathlib import Path
-
-    from anchorviz.pipeline.store import read_yaml, verify_run_dir
-
-    run_dir = Path(run_dir)
-    if verify:
-        ok, why = verify_run_dir(run_dir)
-        if not ok:
-            raise ModelError(f"{run_dir} is not a finished, intact run ({why})")
-    key = read_yaml(run_dir / "config.yaml")
-    kind = key.get("kind") if isinstance(key, dict) else None
-    if kind not in ("teacher", "ceiling", "student"):
-        raise ModelError(f"{run_dir} is not a teacher, ceiling or student run (kind {kind!r})")
-    ckpt = run_dir / CHECKPOINT_FILE
-    if not ckpt.is_file():
-        raise ModelError(f"{run_dir} has no {CHECKPOINT_FILE}")
-    model, tok = load_reward_model(
-        key["model"], pooling=key.get("pooling", "auto"),
-        dtype=torch.bfloat16 if key.get("dtype") == "bfloat16" else None,
-        trust_remote_code=trust_remote_code, dropout=bool(key.get("dropout", True)),
-        lora=key.get("lora") if kind != "teacher" else None)
-    load_checkpoint(model, ckpt)
-    model.eval()
-    return model.to(device), tok

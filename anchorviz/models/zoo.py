@@ -872,10 +872,10 @@ def _get_entry(name: str) -> ZooEntry:
     try:
         return ZOO[name]
     except KeyError:
-        raise ValueError(_unknown_message(name)) from None
+        raise ValueError(unknown_message(name)) from None
 
 
-def _unknown_message(name: str) -> str:
+def unknown_message(name: str) -> str:
     close = difflib.get_close_matches(name.lower(), list(ZOO), n=1)
     hint = f" Did you mean {close[0]!r}?" if close else ""
     return (
@@ -1100,4 +1100,4 @@ def resolve_model(name_or_path: str | os.PathLike[str]) -> Path | str:
         raise FileNotFoundError(f"model folder {ref!r} does not exist")
     if "/" in ref:
         return ref
-    raise ValueError(_unknown_message(ref))
+    raise ValueError(unknown_message(ref))

@@ -23,7 +23,7 @@ folder against the same base (it says when the relation is too weak to predict).
 
 The output is a run folder of the ordinary store (``<out>/runs/checkpoint-<hash>/``: config,
 metrics, scores, drift, projection, hidden states; kind ``external``), so ``anchorviz report
-<out>``, `anchorviz.viz.plots` and the widgets read it like a trained run; plus
+<out>``, the figures (`anchorviz.viz`) and the widgets read it like a trained run; plus
 ``<out>/ood_risk.csv`` for the unlabelled targets. Analysing the same checkpoint on the same
 data again reads the finished run.
 """
@@ -550,9 +550,9 @@ def _check_same_tokens(ckpt_tok, reference: str, data: dict, trust_remote_code: 
 
 def _accuracy(scores: pd.DataFrame, labelled: list[str], n_boot: int, seed: int) -> dict:
     """The pipeline's accuracy block over the labelled splits only."""
-    from anchorviz.pipeline.results import _accuracy_block
+    from anchorviz.pipeline.results import accuracy_block
 
-    return _accuracy_block(scores[scores["split"].isin(labelled)], n_boot, seed)
+    return accuracy_block(scores[scores["split"].isin(labelled)], n_boot, seed)
 
 
 def _projection(ref_caps: dict, caps: dict, data: dict, method: str, fit_rows: int):
@@ -581,8 +581,8 @@ def analyse(model: str, reference: str, source: Any, targets: list | tuple = (),
     from anchorviz.analysis.capture import resolve_capture_layers, save_captured
     from anchorviz.config import normalise_dataset_entry
     from anchorviz.models.tokenization import encode_pairs
-    from anchorviz.pipeline.results import _bootstrap_groups, results_table
-    from anchorviz.pipeline.steps import _drift, _run_guarded
+    from anchorviz.pipeline.results import bootstrap_groups, results_table
+    from anchorviz.pipeline.steps import drift_blocks, run_guarded
     from anchorviz.pipeline.store import RunStore
 
     if not (isinstance(pairs, int) and pairs >= 4):
@@ -646,7 +646,7 @@ def analyse(model: str, reference: str, source: Any, targets: list | tuple = (),
             rows.append(pd.DataFrame({
                 "split": s, "domain": str(data[s]["domain"].iloc[0]), "pair_id": enc.pair_ids,
                 "r_chosen": rc, "r_rejected": rr,
-                "group": _bootstrap_groups(data[s], enc.pair_ids, s, "auto")}))
+                "group": bootstrap_groups(data[s], enc.pair_ids, s, "auto")}))
         scores = pd.concat(rows, ignore_index=True)
         scores[scores["split"].isin(lab_splits)].reset_index(drop=True).to_parquet(
             tmp / "scores.parquet")
@@ -656,7 +656,7 @@ def analyse(model: str, reference: str, source: Any, targets: list | tuple = (),
         ref_caps = _reference_captures(store, reference, ckpt.model.pooling, encoded,
                                        capture_layers, batch_size, device, trust_remote_code,
                                        ckpt.model.n_layers, ckpt.model.hidden_size)
-        _drift(caps, ref_caps, data).to_parquet(tmp / "drift.parquet")
+        drift_blocks(caps, ref_caps, data).to_parquet(tmp / "drift.parquet")
         if projection != "none":
             _projection(ref_caps, caps, data, projection, projection_fit_rows).to_parquet(
                 tmp / "projection.parquet")
@@ -667,7 +667,7 @@ def analyse(model: str, reference: str, source: Any, targets: list | tuple = (),
                 "accuracy": _accuracy(scores, lab_splits, n_boot, seed),
                 "unlabelled": unl_splits, "seconds": time.perf_counter() - t0}
 
-    res = _run_guarded(store, run_id, key, body)
+    res = run_guarded(store, run_id, key, body)
     table = results_table(out)
     risk = ood_risk_table(out)
     return AnalyseResult(res.run_id, res.run_dir, res.metrics, res.computed, risk, table)
@@ -690,7 +690,8 @@ def ood_risk_table(out: str | Path, n_boot: int = 2000, min_runs: int = 4) -> pd
     drift, with a prediction interval, or says why the relation is too weak. Written to
     ``out/ood_risk.csv`` (one row per checkpoint x unlabelled target)."""
     from anchorviz.analysis.drift import DriftError, OODRiskEstimator
-    from anchorviz.pipeline.store import RunStore, read_yaml
+    from anchorviz.paths import read_yaml
+    from anchorviz.pipeline.store import RunStore
 
     store = RunStore(out)
     finished, _ = store.scan()

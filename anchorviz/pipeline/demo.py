@@ -95,7 +95,7 @@ def _merged(base: dict, over: dict) -> dict:
 def demo_settings(quick: bool = False, scenario: str | None = None) -> dict:
     """The demo's sweep file as a mapping (``base`` and ``grid``): `demo_file`, with
     ``demo-quick.yaml`` laid over it when ``quick``, and the scenario's overlay when it has one."""
-    from anchorviz.pipeline.store import read_yaml
+    from anchorviz.paths import read_yaml
 
     settings = read_yaml(demo_file())
     if quick:

@@ -13,7 +13,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from anchorviz.config import DataConfig, RunConfig, dataset_path, normalise_dataset_entry
-from anchorviz.pipeline.prepare import _is_local_data, data_config
+from anchorviz.pipeline.prepare import data_config, is_local_data
 
 __all__ = [
     "SPLIT_PROTOCOL",
@@ -67,7 +67,7 @@ def local_inputs(cfg: RunConfig, model: str) -> dict[str, str]:
 
     d = cfg.data
     paths = [dataset_path(e) for e in [d.source, *d.targets]]
-    out = {n: fingerprint(n) for n in paths if _is_local_data(n)}
+    out = {n: fingerprint(n) for n in paths if is_local_data(n)}
     if _is_local_model(model):
         out[model] = fingerprint(model)
     return out

@@ -21,8 +21,8 @@ from anchorviz.config import (
     ConfigError,
     DataConfig,
     RunConfig,
-    _dataset_manifests,
     dataset_label,
+    dataset_manifests,
     dataset_path,
     target_name,
 )
@@ -97,7 +97,7 @@ def prepare_data(cfg: DataConfig) -> dict[str, pd.DataFrame]:
     from anchorviz.paths import fingerprint
 
     paths = [dataset_path(e) for e in [cfg.source, *cfg.targets]]
-    local = {n: fingerprint(n) for n in paths if _is_local_data(n)}
+    local = {n: fingerprint(n) for n in paths if is_local_data(n)}
     key = json.dumps([asdict(cfg), local], sort_keys=True)
     if key not in _DATA_CACHE:
         _DATA_CACHE[key] = _build_data(cfg)
@@ -178,5 +178,5 @@ def split_domain(split: str, data: dict[str, pd.DataFrame]) -> str:
     return str(df["domain"].iloc[0]) if "domain" in df and len(df) else split
 
 
-def _is_local_data(name: str) -> bool:
-    return Path(name).expanduser().exists() and name not in _dataset_manifests()
+def is_local_data(name: str) -> bool:
+    return Path(name).expanduser().exists() and name not in dataset_manifests()

@@ -34,7 +34,7 @@ __all__ = [
 ]
 
 
-def _bootstrap_groups(df: pd.DataFrame, pair_ids: list, split: str, group_key: str) -> list[str]:
+def bootstrap_groups(df: pd.DataFrame, pair_ids: list, split: str, group_key: str) -> list[str]:
     """The resampling unit of each scored pair: its prompt (prefixed by the split) when the split
     holds several pairs per prompt, else the pair itself (see `metrics.bootstrap_kind`)."""
     if group_key != "none" and "prompt" in df and df["prompt"].nunique() > 1:
@@ -51,7 +51,7 @@ def _groups(scores: pd.DataFrame, splits: list[str] | None = None) -> list | Non
     return g.sort_values(["split", "pair_id"])["group"].tolist()
 
 
-def _accuracy_block(scores: pd.DataFrame, n_boot: int, seed: int) -> dict:
+def accuracy_block(scores: pd.DataFrame, n_boot: int, seed: int) -> dict:
     from anchorviz.analysis.metrics import bootstrap_accuracy_ci, bootstrap_kind, per_pair_correct
 
     out = {}
@@ -74,7 +74,7 @@ def _correct(scores: pd.DataFrame, splits: list[str] | None) -> np.ndarray:
     return per_pair_correct(g["r_chosen"].to_numpy(), g["r_rejected"].to_numpy())
 
 
-def _transfer_block(student: pd.DataFrame, teacher: pd.DataFrame, ceiling: pd.DataFrame | None,
+def transfer_block(student: pd.DataFrame, teacher: pd.DataFrame, ceiling: pd.DataFrame | None,
                     n_boot: int, seed: int, only_ood: bool = False) -> dict:
     from anchorviz.analysis.metrics import paired_bootstrap_transfer
 
@@ -94,7 +94,7 @@ def _transfer_block(student: pd.DataFrame, teacher: pd.DataFrame, ceiling: pd.Da
     return out
 
 
-def _label_stats(q: np.ndarray) -> dict:
+def label_stats(q: np.ndarray) -> dict:
     conf = np.maximum(q, 1 - q)
     hist, edges = np.histogram(q, bins=10, range=(0, 1))
     return {"q_mean": float(q.mean()), "q_confidence": float(conf.mean()),
@@ -110,8 +110,8 @@ def results_table(out_dir: str | Path) -> pd.DataFrame:
     out, logged, and listed in ``df.attrs["unreadable"]`` (``{run id: why}``). Runs of
     different base configs in one folder (another lr, split size, model ...) get ``cfg.<key>``
     columns holding the settings that tell them apart (`base_config_columns`)."""
-    from anchorviz.paths import write_atomic
-    from anchorviz.pipeline.store import RunStore, read_yaml
+    from anchorviz.paths import read_yaml, write_atomic
+    from anchorviz.pipeline.store import RunStore
 
     store = RunStore(out_dir)
     rows, keys = [], []
@@ -215,7 +215,7 @@ def artifact_accuracy(run_dir: str | Path) -> dict[str, tuple[float, int]]:
     the skill the targets can use; a model whose ID accuracy rests on the shortcut is high on
     ``marked`` and low on ``clean``."""
     from anchorviz.analysis.metrics import accuracy_by_group, per_pair_correct
-    from anchorviz.pipeline.store import read_yaml
+    from anchorviz.paths import read_yaml
 
     run_dir = Path(run_dir)
     data = dict(read_yaml(run_dir / "config.yaml")["data"])
@@ -257,7 +257,7 @@ def pgr_from_runs(student_dir: Path, ceiling_dir: Path, teacher_dir: Path, n_boo
     if finished != "finished" or not all(p.is_file() for p in paths):
         return None
     teacher, student, ceiling = (pd.read_parquet(p) for p in paths)
-    block = _transfer_block(student, teacher, ceiling, n_boot, seed, only_ood=True)["ood"]
+    block = transfer_block(student, teacher, ceiling, n_boot, seed, only_ood=True)["ood"]
     return block.get("pgr")
 
 

@@ -29,7 +29,7 @@ import pandas as pd
 import torch
 
 from anchorviz.analysis.metrics import pairwise_accuracy
-from anchorviz.config import MethodConfig, RunConfig
+from anchorviz.config import MethodConfig, RunConfig, TrainConfig
 from anchorviz.pipeline.keys import data_key, reference_key, run_id_for, student_key, teacher_key
 from anchorviz.pipeline.prepare import (
     data_config,
@@ -39,13 +39,13 @@ from anchorviz.pipeline.prepare import (
     teacher_data,
 )
 from anchorviz.pipeline.results import (
-    _accuracy_block,
-    _bootstrap_groups,
-    _label_stats,
-    _transfer_block,
+    accuracy_block,
     artifact_columns,
+    bootstrap_groups,
+    label_stats,
+    transfer_block,
 )
-from anchorviz.training.loop import Objective, TrainConfig, score_pairs, train_reward_model
+from anchorviz.training.loop import Objective, score_pairs, train_reward_model
 
 logger = logging.getLogger(__name__)
 
@@ -112,7 +112,7 @@ def evaluate_model(model, tok, data, cfg: RunConfig, capture: bool):
             rc, rr = score_pairs(model, enc, batch_size=cfg.capture.batch_size, device=dev)
         frame = pd.DataFrame({"split": split, "domain": split_domain(split, data),
                               "pair_id": enc.pair_ids, "r_chosen": rc, "r_rejected": rr,
-                              "group": _bootstrap_groups(data[split], enc.pair_ids, split,
+                              "group": bootstrap_groups(data[split], enc.pair_ids, split,
                                                          cfg.data.group_key)})
         if cfg.data.artifact_kind != "none":
             frame = frame.assign(**artifact_columns(data[split], enc.pair_ids))
@@ -243,7 +243,7 @@ def projection_frame(ref_caps: dict, data, layer: int, ref_xy: np.ndarray,
     return pd.concat(out, ignore_index=True)
 
 
-def _drift(caps: dict, ref_caps: dict, data) -> pd.DataFrame:
+def drift_blocks(caps: dict, ref_caps: dict, data) -> pd.DataFrame:
     from anchorviz.analysis.drift import drift_table
 
     stu = {s: {k: caps[s].mean[k].astype(np.float32) for k in caps[s].layers} for s in caps}
@@ -288,7 +288,7 @@ def _run_log(path: Path):
         handler.close()
 
 
-def _run_guarded(store, run_id: str, key: dict, body) -> RunResult:
+def run_guarded(store, run_id: str, key: dict, body) -> RunResult:
     """Run ``body(tmp_dir) -> (kind, metrics)`` unless finished; commit atomically or mark failed."""
     from anchorviz.pipeline.store import config_hash
 
@@ -299,7 +299,7 @@ def _run_guarded(store, run_id: str, key: dict, body) -> RunResult:
             return RunResult(run_id, store.run_dir(run_id), key["kind"], metrics, computed=False)
         tmp = store.begin(run_id)
         try:
-            from anchorviz.pipeline.store import write_yaml
+            from anchorviz.paths import write_yaml
 
             write_yaml(tmp / "config.yaml", json.loads(json.dumps(key, default=str)))
             with _run_log(tmp / "run.log"):
@@ -361,16 +361,16 @@ def ensure_teacher(store, cfg: RunConfig, data) -> RunResult:
         res.history.to_parquet(tmp / "history.parquet")
         _save_weights(model, tmp, full=True)  # the whole trained teacher (SEAM re-scores with it)
         return {"kind": "teacher", "method": "teacher", "model": cfg.models.teacher,
-                "accuracy": _accuracy_block(scores, cfg.capture.n_boot, cfg.seed),
+                "accuracy": accuracy_block(scores, cfg.capture.n_boot, cfg.seed),
                 "train": {"steps": res.steps, "seconds": res.seconds,
                           "final_loss": float(res.history["total"].iloc[-1]),
                           "val": res.evals.to_dict("records")},
-                "labels_raw": _label_stats(1 / (1 + np.exp(-margin))),
+                "labels_raw": label_stats(1 / (1 + np.exp(-margin))),
                 "protocol_dropped": protocol_report(full_data),
                 "acc_val": acc_val,
                 "seconds": time.perf_counter() - t0}
 
-    return _run_guarded(store, run_id, key, _tracked(body, cfg, store, run_id, key))
+    return run_guarded(store, run_id, key, _tracked(body, cfg, store, run_id, key))
 
 
 def soft_labels(margin: np.ndarray, method: MethodConfig) -> np.ndarray:
@@ -477,7 +477,7 @@ def run_student(store, cfg: RunConfig, data, kind: str = "student",
                                   anchor_lambda=cfg.method.anchor_lambda if layers else 0.0,
                                   anchor_layers=layers,
                                   anchor_normalise=cfg.method.anchor_normalise)
-            info["labels"] = _label_stats(q)
+            info["labels"] = label_stats(q)
             pd.DataFrame({"pair_id": train.pair_ids, "q": q}).to_parquet(tmp / "labels.parquet")
         reference = None
         if objective.anchored:
@@ -497,7 +497,7 @@ def run_student(store, cfg: RunConfig, data, kind: str = "student",
         scores, caps = evaluate_model(model, tok, data, cfg, capture=True)
         scores.to_parquet(tmp / "scores.parquet")
         ref_caps = ensure_reference_capture(store, cfg, data)
-        _drift(caps, ref_caps, data).to_parquet(tmp / "drift.parquet")
+        drift_blocks(caps, ref_caps, data).to_parquet(tmp / "drift.parquet")
         if cfg.capture.projection != "none":
             _projection_table(store, cfg, data, ref_caps, caps).to_parquet(tmp / "projection.parquet")
         if cfg.capture.save_hidden:
@@ -507,10 +507,10 @@ def run_student(store, cfg: RunConfig, data, kind: str = "student",
         teacher_scores = pd.read_parquet(teacher.run_dir / "scores.parquet")
         info.update({
             "method": method,
-            "accuracy": _accuracy_block(scores, cfg.capture.n_boot, cfg.seed),
+            "accuracy": accuracy_block(scores, cfg.capture.n_boot, cfg.seed),
             # PGR needs the ceiling, which trains in parallel: the results table computes it
             # from the stored scores of the three runs (`pgr_from_runs`)
-            "transfer": _transfer_block(scores, teacher_scores, None,
+            "transfer": transfer_block(scores, teacher_scores, None,
                                         cfg.capture.n_boot, cfg.seed),
             "train": {"steps": res.steps, "seconds": res.seconds,
                       "final_loss": float(res.history["total"].iloc[-1]),
@@ -523,4 +523,4 @@ def run_student(store, cfg: RunConfig, data, kind: str = "student",
         })
         return info
 
-    return _run_guarded(store, run_id, key, _tracked(body, cfg, store, run_id, key))
+    return run_guarded(store, run_id, key, _tracked(body, cfg, store, run_id, key))

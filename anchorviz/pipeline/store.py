@@ -24,10 +24,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import yaml
 from filelock import FileLock
 
-from anchorviz.paths import file_sha256
+from anchorviz.paths import file_sha256, read_yaml
 
 logger = logging.getLogger(__name__)
 
@@ -37,11 +36,10 @@ __all__ = [
     "StoreError",
     "canonical_json",
     "config_hash",
-    "read_yaml",
+    "load_run_model",
     "safe_name",
     "verify_run_dir",
     "write_json",
-    "write_yaml",
 ]
 
 MANIFEST = "MANIFEST.json"
@@ -84,45 +82,6 @@ def _json_default(o):
     if isinstance(o, np.ndarray):
         return o.tolist()
     return str(o)
-
-
-def write_yaml(path: Path, obj: Any) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(yaml.safe_dump(obj, sort_keys=False))
-
-
-class _StrictLoader(yaml.SafeLoader):
-    """``yaml.SafeLoader`` that refuses a mapping with the same key twice (PyYAML keeps the
-    last one silently, so ``lr: 1e-3`` then ``lr: 1e-5`` would run with 1e-5 without a word)."""
-
-
-def _strict_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
-    seen: dict[Any, int] = {}
-    for key_node, _ in node.value:
-        if key_node.tag == "tag:yaml.org,2002:merge":  # '<<: *base' may be overridden
-            continue
-        key = loader.construct_object(key_node, deep=True)
-        try:
-            first = seen.get(key)
-        except TypeError:  # an unhashable key: SafeLoader names it below
-            continue
-        if first is not None:
-            raise yaml.constructor.ConstructorError(
-                "while constructing a mapping", node.start_mark,
-                f"found duplicate key {key!r} (first given on line {first + 1})",
-                key_node.start_mark)
-        seen[key] = key_node.start_mark.line
-    return yaml.SafeLoader.construct_mapping(loader, node, deep=deep)
-
-
-_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _strict_mapping)
-
-
-def read_yaml(path: Path) -> Any:
-    """YAML through a safe loader only (a file from elsewhere cannot construct objects); a
-    mapping with a duplicate key is an error, not "the last one wins"."""
-    with open(path, encoding="utf-8") as f:
-        return yaml.load(f, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
 
 
 class RunStore:
@@ -294,3 +253,43 @@ def _fsync_dir(path: Path) -> None:
         if p.is_file():
             with open(p, "rb") as f:
                 os.fsync(f.fileno())
+
+
+def load_run_model(run_dir, *, device: str = "cpu", trust_remote_code: bool = False,
+                   verify: bool = True):
+    """``(RewardModel, tokenizer)``: the trained teacher, ceiling or student of a finished run
+    folder, rebuilt from its ``config.yaml`` (base model, pooling, dtype, LoRA) and its
+    checkpoint, in eval mode on ``device``. Its rewards are the run's stored scores.
+
+    ``verify`` first checks the run folder against its manifest (finished, every file matching
+    its sha256). Raises `ModelError` for an unfinished or damaged run, a base model that is
+    not the one trained, or a checkpoint that does not hold the trained parameters."""
+    import torch
+
+    from anchorviz.models.reward_model import (
+        CHECKPOINT_FILE,
+        ModelError,
+        load_checkpoint,
+        load_reward_model,
+    )
+
+    run_dir = Path(run_dir)
+    if verify:
+        ok, why = verify_run_dir(run_dir)
+        if not ok:
+            raise ModelError(f"{run_dir} is not a finished, intact run ({why})")
+    key = read_yaml(run_dir / "config.yaml")
+    kind = key.get("kind") if isinstance(key, dict) else None
+    if kind not in ("teacher", "ceiling", "student"):
+        raise ModelError(f"{run_dir} is not a teacher, ceiling or student run (kind {kind!r})")
+    ckpt = run_dir / CHECKPOINT_FILE
+    if not ckpt.is_file():
+        raise ModelError(f"{run_dir} has no {CHECKPOINT_FILE}")
+    model, tok = load_reward_model(
+        key["model"], pooling=key.get("pooling", "auto"),
+        dtype=torch.bfloat16 if key.get("dtype") == "bfloat16" else None,
+        trust_remote_code=trust_remote_code, dropout=bool(key.get("dropout", True)),
+        lora=key.get("lora") if kind != "teacher" else None)
+    load_checkpoint(model, ckpt)
+    model.eval()
+    return model.to(device), tok

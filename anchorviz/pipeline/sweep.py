@@ -66,8 +66,9 @@ def sweep(sw: SweepConfig, out_dir: str | Path, jobs: int | None = None, threads
     ``threads`` threads; the run ids and metrics do not depend on ``jobs``. ``backend="ray"``
     runs each node as a Ray task instead (on the cluster at ``address``, else a running or new
     local Ray instance); ``out_dir`` must then be on a filesystem every worker sees."""
+    from anchorviz.paths import write_yaml
     from anchorviz.pipeline.runner import build_graph, check_backend, run_graph
-    from anchorviz.pipeline.store import RunStore, write_yaml
+    from anchorviz.pipeline.store import RunStore
 
     check_backend(out_dir, backend, address)
     store = RunStore(out_dir)

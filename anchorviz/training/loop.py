@@ -24,6 +24,7 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
+from anchorviz.config import OPTIMIZERS, TrainConfig, TrainError
 from anchorviz.models.reward_model import RewardModel, eval_mode
 from anchorviz.models.tokenization import EncodedPairs, length_batches, pad_side
 from anchorviz.paths import bars_off
@@ -40,10 +41,7 @@ logger = logging.getLogger(__name__)
 
 __all__ = [
     "OBJECTIVES",
-    "OPTIMIZERS",
     "Objective",
-    "TrainConfig",
-    "TrainError",
     "TrainResult",
     "joint_batch",
     "lr_factor",
@@ -53,7 +51,6 @@ __all__ = [
 ]
 
 OBJECTIVES = ("bt", "confidence")
-OPTIMIZERS = ("adamw_fused", "adamw_foreach", "adamw")
 
 
 def make_optimizer(groups: list[dict], lr: float, name: str = "adamw_fused") -> torch.optim.AdamW:
@@ -69,58 +66,6 @@ def make_optimizer(groups: list[dict], lr: float, name: str = "adamw_fused") -> 
     except (RuntimeError, TypeError, ValueError) as err:
         raise TrainError(f"optimizer {name!r} is not available here ({err}); set "
                          "student_train.optimizer / teacher_train.optimizer to 'adamw_foreach'") from None
-
-
-class TrainError(ValueError):
-    """A training configuration or input that cannot work."""
-
-
-@dataclass
-class TrainConfig:
-    """Optimiser and loop settings (one flat set of named values)."""
-
-    lr: float = 5e-5
-    head_lr: float | None = None  # the zero-initialised reward head's lr (None: same as lr)
-    epochs: float = 2.0
-    batch_size: int = 16
-    grad_accum: int = 1
-    warmup_frac: float = 0.1
-    weight_decay: float = 0.0
-    max_grad_norm: float = 1.0
-    seed: int = 0
-    eval_every: int = 0  # optimiser steps between validations; 0 = once per epoch
-    early_stopping: bool = False  # keep the weights of the best validation and stop on patience
-    patience: int = 2
-    device: str = "cpu"
-    bf16: bool = False  # autocast to bfloat16 (through Accelerate; CUDA)
-    gradient_checkpointing: bool = False
-    progress: bool = True
-    # AdamW implementation: "adamw_fused" (one fused kernel per step; CPU and CUDA, torch >= 2.4),
-    # "adamw_foreach" (multi-tensor), "adamw" (the per-parameter loop). Same maths; the float
-    # rounding differs, so it is part of every run key
-    optimizer: str = "adamw_fused"
-
-    def validate(self) -> None:
-        checks = {
-            "lr": self.lr > 0 and math.isfinite(self.lr),
-            "head_lr": self.head_lr is None or (self.head_lr > 0 and math.isfinite(self.head_lr)),
-            "epochs": self.epochs > 0,
-            "batch_size": self.batch_size >= 1,
-            "grad_accum": self.grad_accum >= 1,
-            "warmup_frac": 0 <= self.warmup_frac < 1,
-            "weight_decay": self.weight_decay >= 0,
-            "max_grad_norm": self.max_grad_norm > 0,
-            "patience": self.patience >= 1,
-            "optimizer": self.optimizer in OPTIMIZERS,
-        }
-        bad = [k for k, ok in checks.items() if not ok]
-        if bad:
-            raise TrainError(
-                "invalid training setting(s): "
-                + ", ".join(f"{k}={getattr(self, k)!r}" for k in bad)
-                + " (lr > 0, epochs > 0, batch_size >= 1, grad_accum >= 1, 0 <= warmup_frac < 1, "
-                f"weight_decay >= 0, max_grad_norm > 0, patience >= 1, optimizer one of {OPTIMIZERS})"
-            )
 
 
 @dataclass

@@ -18,20 +18,20 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from anchorviz.viz._common import (
-    _ID_COLOR,
-    _OI,
-    _OOD_COLOR,
-    _TOP_LEGEND,
-    _TRANSFER_COLORS,
-    _TRANSFER_NAMES,
+from anchorviz.viz.common import (
+    ID_COLOR,
+    OI,
+    OOD_COLOR,
     TEMPLATE,
+    TOP_LEGEND,
+    TRANSFER_COLORS,
+    TRANSFER_NAMES,
     PathLike,
-    _bar_arrays,
-    _interval_caption,
-    _results_arg,
-    _title,
+    bar_arrays,
+    figure_title,
+    interval_caption,
     metric_summary,
+    results_arg,
     select_condition,
     target_column,
 )
@@ -55,7 +55,7 @@ def accuracy_figure(
     stored bootstrap CI over test pairs when a method has one seed). ``target=None`` shows the
     mean over targets (``acc_ood``); a target name shows ``acc_<target>``.
     """
-    res = _results_arg(sweep_dir, results)
+    res = results_arg(sweep_dir, results)
     rows, caption = select_condition(res, artifact_strength, source)
     ood_col, ood_desc = target_column(rows, target)
     summary = metric_summary(rows, ["acc_id", ood_col], confidence, spread)
@@ -63,14 +63,14 @@ def accuracy_figure(
     src = ", ".join(sorted(rows["source"].unique()))
     names = {"acc_id": f"in-distribution: {src} test split",
              ood_col: f"out-of-distribution: {ood_desc}"}
-    colors = {"acc_id": _ID_COLOR, ood_col: _OOD_COLOR}
+    colors = {"acc_id": ID_COLOR, ood_col: OOD_COLOR}
     for col in ("acc_id", ood_col):
         part = summary[summary["column"] == col]
         fig.add_trace(go.Bar(
             name=names[col], marker_color=colors[col], meta={"column": col},
             hovertemplate=("%{x}<br>" + names[col] + ": %{y:.1f}%<br>interval %{customdata[0]:.1f}"
                            " to %{customdata[1]:.1f}%<br>%{customdata[3]}<extra></extra>"),
-            **_bar_arrays(part, 100.0)))
+            **bar_arrays(part, 100.0)))
     _accuracy_layout(fig, summary, caption)
     return fig
 
@@ -81,11 +81,11 @@ def _accuracy_layout(fig: go.Figure, summary: pd.DataFrame, caption: str) -> Non
     lo = 50.0 if not np.isfinite(lo) or lo >= 52 else max(0.0, math.floor(lo - 5))
     hi = 100.0 if not np.isfinite(hi) else min(100.0, math.ceil(hi + 3))
     fig.update_layout(
-        title=_title(f"Pairwise accuracy in and out of distribution ({caption})",
-                     _interval_caption(summary)
+        title=figure_title(f"Pairwise accuracy in and out of distribution ({caption})",
+                     interval_caption(summary)
                      + ("; axis starts at chance (50%)" if lo == 50.0 else "")),
         barmode="group", xaxis_title="method", yaxis_title="pairwise accuracy (%)",
-        yaxis_range=[lo, hi], legend=_TOP_LEGEND, margin={"t": 120}, template=TEMPLATE,
+        yaxis_range=[lo, hi], legend=TOP_LEGEND, margin={"t": 120}, template=TEMPLATE,
     )
     fig.add_hline(y=50, line={"dash": "dot", "color": "grey"})
 
@@ -108,7 +108,7 @@ def shortcut_figure(
     the teacher reads the artefact on only some pairs (``acc_id_seen`` / ``acc_id_hidden``),
     the marked pairs are split the same way: a student that learned the shortcut from the pairs
     the teacher read is right on the hidden ones too, where the teacher was not."""
-    res = _results_arg(sweep_dir, results)
+    res = results_arg(sweep_dir, results)
     rows, caption = select_condition(res, artifact_strength, source)
     cols = ["acc_id_marked", "acc_id_clean"]
     if any(c not in rows.columns or rows[c].isna().all() for c in cols):
@@ -125,8 +125,8 @@ def shortcut_figure(
              "acc_id_clean": "ID, clean pairs (no artefact)",
              "acc_ood": "OOD (targets: no artefact)"}
     names = {c: names[c] for c in cols + ["acc_ood"]}
-    colors = {"acc_id_marked": _OI["sky_blue"], "acc_id_seen": _OI["sky_blue"],
-              "acc_id_hidden": "#a9d5f2", "acc_id_clean": _ID_COLOR, "acc_ood": _OOD_COLOR}
+    colors = {"acc_id_marked": OI["sky_blue"], "acc_id_seen": OI["sky_blue"],
+              "acc_id_hidden": "#a9d5f2", "acc_id_clean": ID_COLOR, "acc_ood": OOD_COLOR}
     fig = go.Figure()
     for col in names:
         part = summary[summary["column"] == col]
@@ -134,7 +134,7 @@ def shortcut_figure(
             name=names[col], marker_color=colors[col], meta={"column": col},
             hovertemplate=("%{x}<br>" + names[col] + ": %{y:.1f}%<br>interval %{customdata[0]:.1f}"
                            " to %{customdata[1]:.1f}%<br>%{customdata[3]}<extra></extra>"),
-            **_bar_arrays(part, 100.0)))
+            **bar_arrays(part, 100.0)))
     _accuracy_layout(fig, summary, caption)
     fig.layout.title.text = fig.layout.title.text.replace(
         "Pairwise accuracy in and out of distribution", "Shortcut or skill? ID accuracy with and "
@@ -159,7 +159,7 @@ def transfer_figure(
     targets (stored ``wrg`` / ``aog`` / ``nts``); a target name uses ``aog_<target>`` and its NTS
     (computed per run; no stored interval, so a single seed has no error bar).
     """
-    res = _results_arg(sweep_dir, results)
+    res = results_arg(sweep_dir, results)
     rows, caption = select_condition(res, artifact_strength, source)
     rows = rows[rows["kind"] != "teacher"].copy()
     if rows.empty:
@@ -170,23 +170,23 @@ def transfer_figure(
         rows["nts_target"] = rows[aog_col] - np.maximum(0.0, -rows["wrg"])
         cols["nts"] = "nts_target"
     summary = metric_summary(rows, list(cols.values()), confidence, spread)
-    colors = _TRANSFER_COLORS
+    colors = TRANSFER_COLORS
     fig = go.Figure()
     for score, col in cols.items():
         part = summary[summary["column"] == col]
-        name = _TRANSFER_NAMES[score] + ("" if score == "wrg" else f" ({ood_desc})")
+        name = TRANSFER_NAMES[score] + ("" if score == "wrg" else f" ({ood_desc})")
         fig.add_trace(go.Bar(
             name=name, marker_color=colors[score], meta={"column": col, "score": score},
             hovertemplate=("%{x}<br>" + name + ": %{y:+.1f} points<br>interval "
                            "%{customdata[0]:+.1f} to %{customdata[1]:+.1f}<br>%{customdata[3]}"
                            "<extra></extra>"),
-            **_bar_arrays(part, 100.0)))
+            **bar_arrays(part, 100.0)))
     fig.add_hline(y=0, line={"color": "black", "width": 1})
     fig.update_layout(
-        title=_title(f"Transfer scores against the weak teacher ({caption})",
+        title=figure_title(f"Transfer scores against the weak teacher ({caption})",
                      "WRG = student - teacher on the source test split; AOG = the same out of "
-                     "distribution; NTS = AOG - any ID loss. " + _interval_caption(summary)),
+                     "distribution; NTS = AOG - any ID loss. " + interval_caption(summary)),
         barmode="group", xaxis_title="method", yaxis_title="score (points = accuracy % difference)",
-        legend=_TOP_LEGEND, margin={"t": 120}, template=TEMPLATE,
+        legend=TOP_LEGEND, margin={"t": 120}, template=TEMPLATE,
     )
     return fig

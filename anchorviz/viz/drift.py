@@ -22,37 +22,37 @@ import plotly.graph_objects as go
 from plotly.colors import sample_colorscale
 from plotly.subplots import make_subplots
 
-from anchorviz.viz._common import (
-    _ANCHOR_SCALES,
-    _BOTTOM_LEGEND,
-    _DOMAIN_DASHES,
-    _GROUP_KEYS,
-    _LAYER_DASHES,
-    _OTHER_ANCHOR_SCALE,
-    _TRANSFER_NAMES,
+from anchorviz.viz.common import (
+    ANCHOR_SCALES,
+    BOTTOM_LEGEND,
+    DOMAIN_DASHES,
+    GROUP_KEYS,
+    LAYER_DASHES,
     METHOD_COLORS,
+    OTHER_ANCHOR_SCALE,
     TEMPLATE,
+    TRANSFER_NAMES,
     PathLike,
-    _group_mask,
-    _group_table,
-    _interval_caption,
-    _layers_label,
-    _layers_rank,
-    _resolve_splits,
-    _results_arg,
-    _split_desc,
-    _split_sort_key,
-    _summarize,
-    _title,
-    _unique,
+    figure_title,
+    group_mask,
+    group_table,
+    interval_caption,
+    layers_label,
+    layers_rank,
     load_run_table,
     logger,
     method_label,
     metric_summary,
+    resolve_splits,
+    results_arg,
     run_path,
     select_condition,
+    split_desc,
+    split_sort_key,
+    summarize_groups,
     sweep_targets,
     target_column,
+    unique_values,
 )
 
 __all__ = [
@@ -139,7 +139,7 @@ def drift_by_layer_figure(
     more than one domain is shown, False draws every line in one panel.
     """
     col, ylabel = _drift_metric(metric)
-    res = _results_arg(sweep_dir, results)
+    res = results_arg(sweep_dir, results)
     series: list[tuple[str, str, list[str]]] = []  # (label, colour, run ids)
     caption = ""
     if runs is not None:
@@ -148,10 +148,10 @@ def drift_by_layer_figure(
         if unknown:
             have = res.loc[res["kind"] != "teacher", "run_id"].tolist()
             raise ValueError(f"run(s) {unknown} not in the results table; runs with drift: {have}")
-        groups = _group_table(res)
+        groups = group_table(res)
         for rid in runs:
             row = res[res["run_id"] == rid].iloc[0]
-            color = groups.loc[_group_mask(groups, row["method"], row["anchor_lambda"],
+            color = groups.loc[group_mask(groups, row["method"], row["anchor_lambda"],
                                            row["anchor_layers"]), "color"].iloc[0]
             label = method_label(row["method"], row["anchor_lambda"], row["anchor_layers"])
             series.append((f"{label}, seed {row['seed']}", color, [rid]))
@@ -160,12 +160,12 @@ def drift_by_layer_figure(
         rows, caption = select_condition(res, artifact_strength, source)
         rows = rows[rows["kind"] != "teacher"]
         if seed is not None:
-            seeds = _unique(rows["seed"])
+            seeds = unique_values(rows["seed"])
             if seed not in seeds:
                 raise ValueError(f"seed {seed!r} is not in the sweep; choose one of {seeds}")
             rows = rows[rows["seed"] == seed]
         if methods is not None:
-            have = _unique(rows["method"])
+            have = unique_values(rows["method"])
             bad = [m for m in methods if m not in have]
             if bad:
                 raise ValueError(f"method(s) {bad} not in the sweep; choose from {have}")
@@ -173,8 +173,8 @@ def drift_by_layer_figure(
         if rows.empty:
             raise ValueError("no student or ceiling runs to draw drift for")
         tables = _drift_tables_for(rows["run_id"].tolist(), sweep_dir, drift_tables, strict=False)
-        for g in _group_table(rows).itertuples(index=False):
-            ids = [r for r in rows.loc[_group_mask(rows, g.method, g.anchor_lambda,
+        for g in group_table(rows).itertuples(index=False):
+            ids = [r for r in rows.loc[group_mask(rows, g.method, g.anchor_lambda,
                                                    g.anchor_layers), "run_id"] if r in tables]
             if ids:
                 n = len(ids)
@@ -182,16 +182,16 @@ def drift_by_layer_figure(
     if not tables:
         raise ValueError("none of the selected runs has a drift table")
     all_splits = sorted({s for t in tables.values() for s in t["split"].unique()},
-                        key=_split_sort_key)
-    shown = _resolve_splits(all_splits, split)
-    dashes = {s: _DOMAIN_DASHES[i % len(_DOMAIN_DASHES)] for i, s in enumerate(all_splits)}
+                        key=split_sort_key)
+    shown = resolve_splits(all_splits, split)
+    dashes = {s: DOMAIN_DASHES[i % len(DOMAIN_DASHES)] for i, s in enumerate(all_splits)}
     any_table = next(iter(tables.values()))
 
     facet = len(shown) > 1 if facet is None else bool(facet)
     if facet:
         fig = make_subplots(rows=1, cols=len(shown), shared_yaxes=True,
                             horizontal_spacing=0.03 if len(shown) > 3 else 0.05,
-                            subplot_titles=[_split_desc(s, any_table) for s in shown])
+                            subplot_titles=[split_desc(s, any_table) for s in shown])
     else:
         fig = go.Figure()
     for label, color, ids in series:
@@ -202,7 +202,7 @@ def drift_by_layer_figure(
             if part.empty:
                 continue
             curve = part.groupby("layer", sort=True)[col].mean()
-            desc = _split_desc(s, any_table)
+            desc = split_desc(s, any_table)
             tr = go.Scatter(
                 x=curve.index.to_numpy(), y=curve.to_numpy(float), mode="lines+markers",
                 name=label, legendgroup=label, showlegend=first,
@@ -218,17 +218,17 @@ def drift_by_layer_figure(
     if not facet:
         for s in shown:  # legend entries for the line styles (facets name their domain)
             fig.add_trace(go.Scatter(
-                x=[None], y=[None], mode="lines", name=f"line style: {_split_desc(s, any_table)}",
+                x=[None], y=[None], mode="lines", name=f"line style: {split_desc(s, any_table)}",
                 line={"color": "grey", "dash": dashes[s]}, hoverinfo="skip",
                 meta={"legend_only": True, "split": s}))
     what = "similarity" if col.startswith("cka") else "drift"
     fig.update_layout(
-        title=_title(f"Representation {what} from the frozen reference, per layer"
+        title=figure_title(f"Representation {what} from the frozen reference, per layer"
                      + (f" ({caption})" if caption else ""),
                      ("one panel per domain; " if facet else "")
                      + "higher CKA / lower cosine drift = closer to the pretrained student; "
                      "layer 0 = embeddings"),
-        template=TEMPLATE, legend={"groupclick": "togglegroup", **_BOTTOM_LEGEND},
+        template=TEMPLATE, legend={"groupclick": "togglegroup", **BOTTOM_LEGEND},
         margin={"t": 110, "b": 170}, height=580,
     )
     fig.update_xaxes(dtick=1, title_text="layer (0 = embeddings)")
@@ -357,7 +357,7 @@ def drift_vs_ood_figure(
     ``artifact_strength=None`` keeps every strength (the relation across conditions).
     ``fig.layout.meta``: ``{"relations": {panel: relation or None}, "min_n", "by_target"}``.
     """
-    res = _results_arg(sweep_dir, results)
+    res = results_arg(sweep_dir, results)
     for col in (drift_col, gain_col):
         if col not in res.columns:
             cands = [c for c in res.columns if c.startswith(("drift_", "aog", "wrg", "nts", "acc_"))]
@@ -381,7 +381,7 @@ def drift_vs_ood_figure(
     by_target = can_split if by_target is None else bool(by_target)
 
     # panels: name -> frame with x (drift), y (gain, stored units), run_id, seed, group keys
-    keep = ["run_id", "seed", *_GROUP_KEYS]
+    keep = ["run_id", "seed", *GROUP_KEYS]
     panels: dict[str, pd.DataFrame] = {}
     if by_target:
         tables = _drift_tables_for(rows["run_id"].tolist(), sweep_dir, drift_tables, strict=False)
@@ -413,7 +413,7 @@ def drift_vs_ood_figure(
         logger.info("%d run x panel point(s) without drift / gain left out", left_out)
 
     scale = 100.0 if _is_fraction_col(gain_col) else 1.0
-    seeds = _unique(rows["seed"]) if len(rows) else []
+    seeds = unique_values(rows["seed"]) if len(rows) else []
     symbol = {s: _SEED_SYMBOLS[i % len(_SEED_SYMBOLS)] for i, s in enumerate(seeds)}
     names = list(panels)
     stats = {n: _relation_stat(panels[n], min_n, n_boot, seed, ci_level) for n in names}
@@ -423,13 +423,13 @@ def drift_vs_ood_figure(
                                             for n in names])
     else:
         fig = go.Figure()
-    groups = _group_table(rows) if len(rows) else pd.DataFrame(columns=[*_GROUP_KEYS, "label",
+    groups = group_table(rows) if len(rows) else pd.DataFrame(columns=[*GROUP_KEYS, "label",
                                                                         "color"])
     for i, name in enumerate(names):
         part = panels[name]
         where = {"row": 1, "col": i + 1} if by_target else {}
         for g in groups.itertuples(index=False):
-            gp = part[_group_mask(part, g.method, g.anchor_lambda, g.anchor_layers)]
+            gp = part[group_mask(part, g.method, g.anchor_lambda, g.anchor_layers)]
             if gp.empty:
                 continue
             fig.add_trace(go.Scatter(
@@ -456,14 +456,14 @@ def drift_vs_ood_figure(
             fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=f"seed {s}",
                                      marker={"color": "grey", "size": 9, "symbol": symbol[s]},
                                      hoverinfo="skip", meta={"legend_only": True, "seed": s}))
-    gain_name = gain_col.upper() if gain_col in _TRANSFER_NAMES else gain_col
+    gain_name = gain_col.upper() if gain_col in TRANSFER_NAMES else gain_col
     rule = (f"one marker per run (colour = method, symbol = seed); correlation and fitted line "
             f"only from n ≥ {min_n} runs")
     if by_target:
-        title = _title(f"Drift vs {gain_name}, per target domain", rule)
+        title = figure_title(f"Drift vs {gain_name}, per target domain", rule)
     else:
-        title = _title(f"Drift vs {gain_name} across runs: {stats['pooled'][1]}", rule)
-    fig.update_layout(title=title, template=TEMPLATE, legend=_BOTTOM_LEGEND,
+        title = figure_title(f"Drift vs {gain_name} across runs: {stats['pooled'][1]}", rule)
+    fig.update_layout(title=title, template=TEMPLATE, legend=BOTTOM_LEGEND,
                       margin={"t": 130 if by_target else 100, "b": 170}, height=580)
     fig.update_xaxes(title_text=x_label)
     if by_target:
@@ -497,7 +497,7 @@ def lambda_sweep_figure(
     teacher are horizontal reference lines. lambda = 0 cannot sit on a log axis: the naive
     line is that point.
     """
-    res = _results_arg(sweep_dir, results)
+    res = results_arg(sweep_dir, results)
     rows, caption = select_condition(res, artifact_strength, source)
     anchor = rows[rows["method"] == "anchor"]
     zero = anchor["anchor_lambda"] <= 0
@@ -506,7 +506,7 @@ def lambda_sweep_figure(
         anchor = anchor[~zero]
     if anchor.empty:
         raise ValueError("the sweep has no ANCHOR runs with lambda > 0; "
-                         f"methods present: {_unique(rows['method'])}")
+                         f"methods present: {unique_values(rows['method'])}")
     ood_col, ood_desc = target_column(rows, target)
     if drift_col not in rows.columns:
         raise ValueError(f"drift column {drift_col!r} not in the results table; candidates: "
@@ -530,17 +530,17 @@ def lambda_sweep_figure(
     shown_legend: set[str] = set()
     for i, (col, _, ylab, scale) in enumerate(panels):
         r, c = i // 2 + 1, i % 2 + 1
-        for layers in sorted(anchor["anchor_layers"].unique(), key=_layers_rank):
+        for layers in sorted(anchor["anchor_layers"].unique(), key=layers_rank):
             part = anchor[anchor["anchor_layers"] == layers]
             summ = metric_summary(part, [col], confidence, spread)
             summ = summ.sort_values("anchor_lambda")
-            name = f"ANCHOR, {_layers_label(layers) or 'anchored layers'}"
-            color = sample_colorscale(_ANCHOR_SCALES.get(layers, _OTHER_ANCHOR_SCALE), [0.8])[0]
+            name = f"ANCHOR, {layers_label(layers) or 'anchored layers'}"
+            color = sample_colorscale(ANCHOR_SCALES.get(layers, OTHER_ANCHOR_SCALE), [0.8])[0]
             mean = summ["mean"].to_numpy(float) * scale
             fig.add_trace(go.Scatter(
                 x=summ["anchor_lambda"].to_numpy(float), y=mean, mode="lines+markers",
                 name=name, legendgroup=name, showlegend=name not in shown_legend,
-                line={"color": color, "dash": _LAYER_DASHES.get(layers, "dashdot"), "width": 2},
+                line={"color": color, "dash": LAYER_DASHES.get(layers, "dashdot"), "width": 2},
                 error_y={"type": "data", "symmetric": False,
                          "array": summ["hi"].to_numpy(float) * scale - mean,
                          "arrayminus": mean - summ["lo"].to_numpy(float) * scale},
@@ -553,7 +553,7 @@ def lambda_sweep_figure(
         if col in ("acc_id", ood_col):
             refs.append(("teacher", "weak teacher", METHOD_COLORS["teacher"], "dot"))
         for method, name, color, dash in refs:
-            s = _summarize(rows[rows["method"] == method], col, confidence, spread)
+            s = summarize_groups(rows[rows["method"] == method], col, confidence, spread)
             if not np.isfinite(s["mean"]):
                 continue
             fig.add_trace(go.Scatter(
@@ -566,9 +566,9 @@ def lambda_sweep_figure(
         fig.update_xaxes(type="log", title_text="ANCHOR strength λ (log scale)", row=r, col=c)
         fig.update_yaxes(title_text=ylab, row=r, col=c)
     fig.update_layout(
-        title=_title(f"What the anchor strength λ does ({caption})",
-                     _interval_caption(metric_summary(anchor, ["acc_id"], confidence, spread))),
+        title=figure_title(f"What the anchor strength λ does ({caption})",
+                     interval_caption(metric_summary(anchor, ["acc_id"], confidence, spread))),
         template=TEMPLATE, height=820, autosize=True,
-        legend=_BOTTOM_LEGEND, margin={"t": 110, "b": 170},
+        legend=BOTTOM_LEGEND, margin={"t": 110, "b": 170},
     )
     return fig

@@ -18,7 +18,7 @@ from pathlib import Path
 import plotly.graph_objects as go
 import plotly.io as pio
 
-from anchorviz.viz._common import TEMPLATE, PathLike, logger
+from anchorviz.viz.common import TEMPLATE, PathLike, logger
 
 __all__ = [
     "CSS_DPI",

@@ -18,20 +18,20 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from anchorviz.viz._common import (
-    _BOTTOM_LEGEND,
-    _DOMAIN_COLORS,
-    _SIDE_COLORS,
+from anchorviz.viz.common import (
+    BOTTOM_LEGEND,
+    DOMAIN_COLORS,
+    SIDE_COLORS,
     TEMPLATE,
     PathLike,
-    _resolve_splits,
-    _split_desc,
-    _split_sort_key,
-    _title,
+    figure_title,
     load_results,
     load_run_table,
     logger,
     method_label,
+    resolve_splits,
+    split_desc,
+    split_sort_key,
 )
 
 __all__ = ["projection_method", "umap_figure", "umap_groups", "umap_movement"]
@@ -70,9 +70,9 @@ def umap_groups(proj: pd.DataFrame, layer: int | None = None, color_by: str = "d
     _check_projection(proj, "")
     lay = _projection_layer(proj, layer)
     part = proj[proj["layer"] == lay]
-    splits = sorted(part["split"].unique(), key=_split_sort_key)
+    splits = sorted(part["split"].unique(), key=split_sort_key)
     if target is not None:
-        splits = ["source_test"] + _resolve_splits(splits, target)
+        splits = ["source_test"] + resolve_splits(splits, target)
         splits = [s for s in dict.fromkeys(splits) if s in set(part["split"])]
         part = part[part["split"].isin(splits)]
     model = part["model"].astype(str)
@@ -80,12 +80,12 @@ def umap_groups(proj: pd.DataFrame, layer: int | None = None, color_by: str = "d
     if color_by == "domain":
         for i, s in enumerate(splits):
             sel = part["split"] == s
-            groups.append({"label": _split_desc(s, part),
-                           "color": _DOMAIN_COLORS[i % len(_DOMAIN_COLORS)],
+            groups.append({"label": split_desc(s, part),
+                           "color": DOMAIN_COLORS[i % len(DOMAIN_COLORS)],
                            "reference": part[sel & (model == "reference")],
                            "student": part[sel & (model == "student")]})
     else:
-        for side, color in _SIDE_COLORS.items():
+        for side, color in SIDE_COLORS.items():
             sel = part["side"] == side
             groups.append({"label": f"{side} responses", "color": color,
                            "reference": part[sel & (model == "reference")],
@@ -93,7 +93,7 @@ def umap_groups(proj: pd.DataFrame, layer: int | None = None, color_by: str = "d
     return groups
 
 
-def _subsample(df: pd.DataFrame, n: int | None, seed: int) -> pd.DataFrame:
+def subsample(df: pd.DataFrame, n: int | None, seed: int) -> pd.DataFrame:
     if n is None or len(df) <= n:
         return df
     return df.iloc[np.sort(np.random.default_rng(seed).choice(len(df), size=n, replace=False))]
@@ -109,7 +109,7 @@ def umap_movement(groups: Sequence[Mapping[str, Any]], n_lines: int = 150,
     stu = pd.concat([g["student"] for g in groups], ignore_index=True)
     if ref.empty or stu.empty or n_lines <= 0:
         return np.array([], dtype=float), np.array([], dtype=float)
-    stu = _subsample(stu, n_lines, seed)
+    stu = subsample(stu, n_lines, seed)
     m = stu.merge(ref, on=["split", "pair_id", "side"], suffixes=("_s", "_r"))
     nan = np.full(len(m), np.nan)
     x = np.column_stack([m["x_r"].to_numpy(float), m["x_s"].to_numpy(float), nan]).ravel()
@@ -117,12 +117,12 @@ def umap_movement(groups: Sequence[Mapping[str, Any]], n_lines: int = 150,
     return x, y
 
 
-def _hover_custom(df: pd.DataFrame) -> np.ndarray:
+def hover_custom(df: pd.DataFrame) -> np.ndarray:
     dom = df["domain"] if "domain" in df.columns else df["split"]
     return np.column_stack([df["pair_id"].astype(str), df["side"].astype(str), dom.astype(str)])
 
 
-_UMAP_HOVER = "pair %{customdata[0]} (%{customdata[1]})<br>%{customdata[2]}<extra>%{fullData.name}</extra>"
+UMAP_HOVER = "pair %{customdata[0]} (%{customdata[1]})<br>%{customdata[2]}<extra>%{fullData.name}</extra>"
 
 
 def _run_caption(run_dir: Path) -> str:
@@ -215,8 +215,8 @@ def umap_figure(
     lay = _projection_layer(projection, layer)
     groups = umap_groups(projection, lay, color_by, target)
     if max_points is not None:
-        groups = [{**g, "reference": _subsample(g["reference"], max_points, seed),
-                   "student": _subsample(g["student"], max_points, seed)} for g in groups]
+        groups = [{**g, "reference": subsample(g["reference"], max_points, seed),
+                   "student": subsample(g["student"], max_points, seed)} for g in groups]
     how = projection_method(run_dir, projection)
     fig = go.Figure()
     # students first, the reference on top as open circles: the pretrained positions stay
@@ -231,7 +231,7 @@ def umap_figure(
             x=g["student"]["x"].to_numpy(float), y=g["student"]["y"].to_numpy(float),
             mode="markers", name=f"student (trained) · {g['label']}", legendgroup=g["label"],
             marker={"color": g["color"], "size": 6, "opacity": 0.55, "symbol": "diamond"},
-            customdata=_hover_custom(g["student"]), hovertemplate=_UMAP_HOVER,
+            customdata=hover_custom(g["student"]), hovertemplate=UMAP_HOVER,
             meta={"model": "student", "group": g["label"]}))
     for g in groups:
         fig.add_trace(go.Scattergl(
@@ -239,19 +239,19 @@ def umap_figure(
             mode="markers", name=f"reference (pretrained) · {g['label']}", legendgroup=g["label"],
             marker={"color": g["color"], "size": 7, "opacity": 0.9, "symbol": "circle-open",
                     "line": {"width": 1.5}},
-            customdata=_hover_custom(g["reference"]), hovertemplate=_UMAP_HOVER,
+            customdata=hover_custom(g["reference"]), hovertemplate=UMAP_HOVER,
             meta={"model": "reference", "group": g["label"]}))
     caption = title or (_run_caption(Path(run_dir)) if run_dir is not None else "")
     what = f"shared {how}" if how != "map" else "shared map"
     fig.update_layout(
-        title=_title(f"Reference vs student in one {what}, layer {lay}"
+        title=figure_title(f"Reference vs student in one {what}, layer {lay}"
                      + (f" — {caption}" if caption else ""),
                      f"{how} fitted on the frozen reference's states; open circles = "
                      "reference, filled diamonds = student, lines = where training moved a "
                      "response"),
         xaxis_title=f"{how} axis 1 (fitted on reference states; unitless)",
         yaxis_title=f"{how} axis 2 (unitless)", template=TEMPLATE,
-        legend=_BOTTOM_LEGEND, margin={"t": 100, "b": 190}, height=680, autosize=True,
+        legend=BOTTOM_LEGEND, margin={"t": 100, "b": 190}, height=680, autosize=True,
     )
     fig.layout.meta = {"projection_method": how}
     fig.update_yaxes(scaleanchor="x", scaleratio=1)

@@ -67,7 +67,7 @@ _TABLE_COLUMNS: list[tuple[str, str, str]] = [
 
 def _run_configs(sweep_dir: Path, results: pd.DataFrame) -> dict[str, dict]:
     """``{run_id: config.yaml}`` of the runs in the results table (unreadable ones left out)."""
-    from anchorviz.pipeline.store import read_yaml
+    from anchorviz.paths import read_yaml
 
     out = {}
     for rid in results["run_id"].astype(str):
@@ -85,7 +85,7 @@ def _data_settings(configs: dict[str, dict], sweep_dir: Path) -> list[dict]:
     if blocks:
         return blocks
     try:
-        from anchorviz.pipeline.store import read_yaml
+        from anchorviz.paths import read_yaml
 
         base = (read_yaml(sweep_dir / "sweep.yaml") or {}).get("base") or {}
         return [base["data"]] if isinstance(base.get("data"), dict) else []
@@ -94,7 +94,7 @@ def _data_settings(configs: dict[str, dict], sweep_dir: Path) -> list[dict]:
 
 
 def _quick_sizes() -> dict[str, int]:
-    from anchorviz.cli import demo_sweep
+    from anchorviz.pipeline.demo import demo_sweep
 
     d = demo_sweep(quick=True).base.data
     return {k: getattr(d, k) for k in ("teacher_train", "w2s_train", "val", "source_test",
@@ -120,9 +120,9 @@ def smoke_status(sweep_dir: str | Path, results: pd.DataFrame | None = None) -> 
     ``anchorviz demo --quick`` (which the notebooks' ``ANCHORVIZ_SMOKE=1`` mode also uses)."""
     sweep_dir = Path(sweep_dir)
     if results is None:
-        from anchorviz.viz import plots
+        from anchorviz.viz.common import load_results
 
-        results = plots.load_results(sweep_dir)
+        results = load_results(sweep_dir)
     configs = _run_configs(sweep_dir, results)
     by_run = {rid: c["data"] for rid, c in configs.items() if isinstance(c.get("data"), dict)}
     if not by_run:  # no run config: judge the folder by its sweep.yaml
@@ -181,11 +181,11 @@ def _pct_list(values) -> str:
 
 
 def scenario_lines(sweep_dir: str | Path, results: pd.DataFrame) -> list[str]:
-    """The scenario in plain words: the banner ``anchorviz demo`` prints (``cli.demo_note``,
+    """The scenario in plain words: the banner ``anchorviz demo`` prints (``anchorviz.pipeline.demo.demo_note``,
     with how much of the marker the teacher reads) for the demo's constructed marker artefact
     on VADER, otherwise source, targets and any artefact; then the models, split sizes and
     seeds, read from the run configs."""
-    from anchorviz import cli
+    from anchorviz.pipeline.demo import demo_note
 
     sweep_dir = Path(sweep_dir)
     configs = _run_configs(sweep_dir, results)
@@ -202,7 +202,7 @@ def scenario_lines(sweep_dir: str | Path, results: pd.DataFrame) -> list[str]:
     form = str(data.get("artifact_teacher_form", "same"))
     if (kind == "marker" or (kind, form) == ("echo", "marker")) and str(source).startswith(
             "vader-") and strengths:
-        line = cli.demo_note(max(strengths), mode, visibility, kind, form)
+        line = demo_note(max(strengths), mode, visibility, kind, form)
         if len(strengths) > 1:
             line += (f" This folder holds runs at artefact strengths {_pct_list(strengths)}; "
                      "each has its own verdict below, and the figures show the strongest.")
@@ -279,9 +279,9 @@ def verdict_blocks(results: pd.DataFrame) -> list[dict[str, Any]]:
 
 def label_warning(results: pd.DataFrame) -> str | None:
     """A warning when the labels the students trained on are nearly uninformative: mean
-    confidence max(q, 1 - q) below `anchorviz.viz.plots.UNINFORMATIVE_BELOW` (teacher rows when
+    confidence max(q, 1 - q) below `anchorviz.viz.training.UNINFORMATIVE_BELOW` (teacher rows when
     no student has it); None otherwise."""
-    from anchorviz.viz.plots import UNINFORMATIVE_BELOW
+    from anchorviz.viz.training import UNINFORMATIVE_BELOW
 
     if "q_confidence" not in results.columns:
         return None
@@ -338,9 +338,9 @@ def _pick_runs(results: pd.DataFrame) -> list[tuple[str, str]]:
         lam, lay = float(top["anchor_lambda"]), top["anchor_layers"]
     pick = anchor[np.isclose(anchor["anchor_lambda"], lam) & (anchor["anchor_layers"] == lay)]
     pick = pick[pick["seed"] == pick["seed"].min()]
-    from anchorviz.viz.plots import _layers_label
+    from anchorviz.viz.common import layers_label
 
-    out.append((f"ANCHOR student (lambda {lam:g}, {_layers_label(str(lay)) or lay}; {how})",
+    out.append((f"ANCHOR student (lambda {lam:g}, {layers_label(str(lay)) or lay}; {how})",
                 pick.iloc[0]["run_id"]))
     return out
 
@@ -378,11 +378,11 @@ def _table_html(results: pd.DataFrame) -> str:
     """The results table: one row per run, a reader's method name (lambda and layers only for
     ANCHOR), accuracies in percent and scores in points with 1 decimal, unitless measures with
     3 decimals."""
-    from anchorviz.viz import plots
+    from anchorviz.viz.common import method_label, method_rank
 
     strengths = _strengths(results)
     rows = results.copy()
-    rows["_rank"] = [plots._method_rank(m) for m in rows["method"]]
+    rows["_rank"] = [method_rank(m) for m in rows["method"]]
     rows = rows.sort_values(["artifact_strength", "seed", "_rank", "anchor_lambda",
                              "anchor_layers"], kind="stable")
     cols = table_columns(results)
@@ -391,7 +391,7 @@ def _table_html(results: pd.DataFrame) -> str:
             + [c.rsplit(".", 1)[-1] for c in cfg_cols] + [h for _, h, _ in cols])
     body = []
     for rd in rows.to_dict("records"):
-        cells = [plots.method_label(rd["method"], rd["anchor_lambda"], rd["anchor_layers"]),
+        cells = [method_label(rd["method"], rd["anchor_lambda"], rd["anchor_layers"]),
                  str(rd["seed"])]
         if strengths != [None]:
             cells.append(f"{float(rd['artifact_strength']):g}")
@@ -409,18 +409,26 @@ def _table_html(results: pd.DataFrame) -> str:
 
 
 def _drift_columns(sweep_dir: Path, results: pd.DataFrame) -> set[str]:
-    from anchorviz.viz import plots
+    from anchorviz.viz.common import load_run_table
 
     for rid in results.loc[results["kind"] != "teacher", "run_id"]:
         try:
-            return set(plots.load_run_table(sweep_dir / "runs" / rid, "drift").columns)
+            return set(load_run_table(sweep_dir / "runs" / rid, "drift").columns)
         except (FileNotFoundError, ValueError):
             continue
     return set()
 
 
 def _figures(sweep_dir: Path, results: pd.DataFrame) -> list[tuple[str, object]]:
-    from anchorviz.viz import plots
+    from anchorviz.viz.accuracy import accuracy_figure, shortcut_figure, transfer_figure
+    from anchorviz.viz.drift import (
+        DRIFT_METRICS,
+        drift_by_layer_figure,
+        drift_vs_ood_figure,
+        lambda_sweep_figure,
+    )
+    from anchorviz.viz.projection import projection_method, umap_figure
+    from anchorviz.viz.training import label_confidence_figure, loss_curve_figure
 
     sections: list[tuple[str, object]] = []
 
@@ -432,37 +440,37 @@ def _figures(sweep_dir: Path, results: pd.DataFrame) -> list[tuple[str, object]]
             sections.append((title, f"<p class='skip'>not available: {html.escape(str(err))}</p>"))
 
     add("In-distribution vs out-of-distribution accuracy",
-        lambda: plots.accuracy_figure(results=results))
+        lambda: accuracy_figure(results=results))
     if {"acc_id_marked", "acc_id_clean"} <= set(results.columns) and \
             results["acc_id_clean"].notna().any():
         add("Shortcut or skill: ID accuracy on pairs with and without the artefact",
-            lambda: plots.shortcut_figure(results=results))
-    add("Transfer scores (WRG, AOG, NTS)", lambda: plots.transfer_figure(results=results))
+            lambda: shortcut_figure(results=results))
+    add("Transfer scores (WRG, AOG, NTS)", lambda: transfer_figure(results=results))
     have = _drift_columns(sweep_dir, results)
     cka = "cka_debiased" if "cka_debiased" in have else "cka"
     cos = "cosine_centred" if "cosine_centred_mean" in have else "cosine"
-    add(f"Representation drift by layer: {plots.DRIFT_METRICS[cka][1]}",
-        lambda: plots.drift_by_layer_figure(sweep_dir, metric=cka, results=results))
-    add(f"Representation drift by layer: {plots.DRIFT_METRICS[cos][1]}",
-        lambda: plots.drift_by_layer_figure(sweep_dir, metric=cos, results=results))
+    add(f"Representation drift by layer: {DRIFT_METRICS[cka][1]}",
+        lambda: drift_by_layer_figure(sweep_dir, metric=cka, results=results))
+    add(f"Representation drift by layer: {DRIFT_METRICS[cos][1]}",
+        lambda: drift_by_layer_figure(sweep_dir, metric=cos, results=results))
     for title, run_id in _pick_runs(results):
         run_dir = sweep_dir / "runs" / run_id
-        how = plots.projection_method(run_dir)
+        how = projection_method(run_dir)
         add(f"Shared {how if how != 'map' else 'map'} of reference and student states: {title}",
-            lambda d=run_dir: plots.umap_figure(d, color_by="domain", max_points=600))
+            lambda d=run_dir: umap_figure(d, color_by="domain", max_points=600))
     drift_col = ("drift_cos_centred_target" if "drift_cos_centred_target" in results
                  and results["drift_cos_centred_target"].notna().any() else "drift_cos_target")
     add("Drift vs OOD gain, per target",
-        lambda: plots.drift_vs_ood_figure(sweep_dir, drift_col=drift_col, results=results))
+        lambda: drift_vs_ood_figure(sweep_dir, drift_col=drift_col, results=results))
     if (results["method"] == "anchor").any():
-        add("Lambda sweep", lambda: plots.lambda_sweep_figure(results=results))
+        add("Lambda sweep", lambda: lambda_sweep_figure(results=results))
     teacher = results[results["kind"] == "teacher"]
     if len(teacher):
         d = sweep_dir / "runs" / teacher.sort_values("seed").iloc[0]["run_id"]
-        add("Teacher soft-label confidence", lambda: plots.label_confidence_figure(d))
+        add("Teacher soft-label confidence", lambda: label_confidence_figure(d))
     if (results["kind"] != "teacher").any():
         add("Training loss per step: fit and ANCHOR terms",
-            lambda: plots.loss_curve_figure(sweep_dir, results=results))
+            lambda: loss_curve_figure(sweep_dir, results=results))
     return sections
 
 
@@ -488,23 +496,24 @@ def write_figures(sweep_dir: str | Path, fmt: str = "pdf", width: str | float = 
     """The report's figures as paper figures: ``DIR/figures/NN-<title>.<fmt>`` + ``captions.txt``.
 
     Every figure of the report (and the training-loss curves) in
-    `anchorviz.viz.plots.paper_style`: no in-figure title -- the title is the file name and,
+    `anchorviz.viz.export.paper_style`: no in-figure title -- the title is the file name and,
     with the subtitle that says what the error bars are, a line of ``captions.txt`` --,
     ``width`` ``"single"`` (3.5 in) or ``"double"`` (7.2 in) column, 8 pt text, the
     Okabe-Ito colours. ``fmt``: ``pdf`` / ``svg`` (vector, physical size) or ``png``
     (``dpi``). A figure that cannot be drawn from this folder is listed in captions.txt as
-    skipped, with why. Returns the written image paths. Raises `anchorviz.viz.plots.ExportError`
+    skipped, with why. Returns the written image paths. Raises `anchorviz.viz.export.ExportError`
     when no static exporter works (kaleido needs Chrome / Chromium).
     """
-    from anchorviz.viz import plots
+    from anchorviz.viz.common import load_results
+    from anchorviz.viz.export import export_paper_figures, figure_caption, paper_width_inches
 
     fmt = fmt.lower().lstrip(".")
     if fmt not in FIGURE_FORMATS:
         raise ValueError(f"figure format must be one of {list(FIGURE_FORMATS)}, got {fmt!r}")
-    inches = plots.paper_width_inches(width)
+    inches = paper_width_inches(width)
     sweep_dir = Path(sweep_dir)
     if results is None:
-        results = plots.load_results(sweep_dir)
+        results = load_results(sweep_dir)
     folder = Path(out_dir) if out_dir is not None else sweep_dir / "figures"
     folder.mkdir(parents=True, exist_ok=True)
     figs, paths, lines = [], [], []
@@ -518,9 +527,9 @@ def write_figures(sweep_dir: str | Path, fmt: str = "pdf", width: str | float = 
             continue
         figs.append(obj)
         paths.append(folder / name)
-        caption = plots.figure_caption(obj)
+        caption = figure_caption(obj)
         lines.append(f"{name}: {title}. {caption}")
-    written = plots.export_paper_figures(figs, paths, width=width, dpi=dpi)
+    written = export_paper_figures(figs, paths, width=width, dpi=dpi)
     size = (f"{inches:g} in wide ({width} column)" if isinstance(width, str) else
             f"{inches:g} in wide")
     head = (f"Figures of {sweep_dir} for a paper: {fmt.upper()}, {size}"
@@ -562,10 +571,10 @@ def write_report(sweep_dir: str | Path, path: str | Path | None = None) -> Path:
     Order: title, smoke disclaimer (:func:`smoke_reasons`), scenario (:func:`scenario_lines`),
     verdict (:func:`verdict_blocks`), label warning (:func:`label_warning`), results table,
     figures."""
-    from anchorviz.viz import plots
+    from anchorviz.viz.common import load_results, sweep_targets
 
     sweep_dir = Path(sweep_dir)
-    results = plots.load_results(sweep_dir)
+    results = load_results(sweep_dir)
     path = Path(path) if path else sweep_dir / "report.html"
     esc = html.escape
 
@@ -602,7 +611,7 @@ def write_report(sweep_dir: str | Path, path: str | Path | None = None) -> Path:
     if warn:
         top.append(f"<div class='box warn' id='label-warning'><b>⚠ Labels.</b> {esc(warn)}</div>")
 
-    targets = plots.sweep_targets(results)
+    targets = sweep_targets(results)
     parts = []
     first = True
     for title, obj in _figures(sweep_dir, results):

@@ -16,18 +16,18 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from anchorviz.viz._common import (
-    _BOTTOM_LEGEND,
-    _LAYER_DASHES,
-    _OI,
+from anchorviz.viz.common import (
+    BOTTOM_LEGEND,
+    LAYER_DASHES,
+    OI,
     TEMPLATE,
     PathLike,
-    _group_mask,
-    _group_table,
-    _results_arg,
-    _title,
+    figure_title,
+    group_mask,
+    group_table,
     load_run_table,
     logger,
+    results_arg,
     run_path,
     select_condition,
 )
@@ -86,19 +86,19 @@ def label_confidence_figure(
             if flagged else "Teacher soft labels")
     fig = go.Figure(go.Histogram(
         x=q, xbins={"start": 0.0, "end": 1.0, "size": 1.0 / bins}, name=what,
-        marker_color=_OI["vermillion"] if flagged else _OI["blue"],
+        marker_color=OI["vermillion"] if flagged else OI["blue"],
         hovertemplate="q %{x}<br>%{y} pairs<extra></extra>"))
     fig.add_vline(x=0.5, line={"dash": "dash", "color": "black"},
                   annotation_text="q = 0.5: no preference", annotation_position="top")
     fig.update_layout(
-        title=_title(main, f"{what}: {stats_line}"),
+        title=figure_title(main, f"{what}: {stats_line}"),
         xaxis_title="soft label q = P(chosen preferred)", yaxis_title="pairs",
         xaxis_range=[0, 1], bargap=0.02, template=TEMPLATE, showlegend=False,
     )
     fig.layout.meta = {"q_mean": float(q.mean()), "q_confidence": float(conf.mean()),
                        "uninformative": bool(flagged)}
     if flagged:
-        fig.update_layout(title_font_color=_OI["vermillion"])
+        fig.update_layout(title_font_color=OI["vermillion"])
     return fig
 
 
@@ -132,7 +132,7 @@ def loss_curve_figure(
     about 1/40 of the run, at least 1; the subtitle says how many).
     ``histories``: ``{run_id: history table}`` instead of reading the run folders.
     """
-    res = _results_arg(sweep_dir, results)
+    res = results_arg(sweep_dir, results)
     rows, caption = select_condition(res, artifact_strength, source)
     rows = rows[rows["kind"].isin(list(kinds))]
     if rows.empty:
@@ -162,8 +162,8 @@ def loss_curve_figure(
         panels.append(("anchor", "ANCHOR term λ × MSE to the reference"))
     fig = make_subplots(rows=1, cols=len(panels), subplot_titles=[p[1] for p in panels],
                         horizontal_spacing=0.1) if len(panels) > 1 else go.Figure()
-    for g in _group_table(rows).itertuples(index=False):
-        ids = list(rows.loc[_group_mask(rows, g.method, g.anchor_lambda, g.anchor_layers),
+    for g in group_table(rows).itertuples(index=False):
+        ids = list(rows.loc[group_mask(rows, g.method, g.anchor_lambda, g.anchor_layers),
                             "run_id"])
         n = len(ids)
         label = g.label + (f" (mean of {n} seeds)" if n > 1 else "")
@@ -185,7 +185,7 @@ def loss_curve_figure(
                 x=curve.index.to_numpy(), y=_smooth(curve.to_numpy(float), window), mode="lines",
                 name=label, legendgroup=label, showlegend=i == 0,
                 line={"color": g.color, "width": 1.8,
-                      "dash": _LAYER_DASHES.get(g.anchor_layers, "solid")
+                      "dash": LAYER_DASHES.get(g.anchor_layers, "solid")
                       if g.method == "anchor" else "solid"},
                 meta={"term": term, "runs": ids, "group": g.label, "window": window},
                 hovertemplate=f"{label}<br>step %{{x}}<br>{term}: %{{y:.4f}}<extra></extra>")
@@ -198,10 +198,10 @@ def loss_curve_figure(
                   annotation_text="ln 2: no preference", annotation_position="top right", **where)
     sm = f"rolling mean over {window} steps" if window > 1 else "per step, unsmoothed"
     fig.update_layout(
-        title=_title("Training loss per step" + (f" ({caption})" if caption else ""),
+        title=figure_title("Training loss per step" + (f" ({caption})" if caption else ""),
                      f"mean over seeds, {sm}; from each run's history.parquet"
                      + ("; ANCHOR term = λ × the stored unweighted MSE" if anchored else "")),
-        template=TEMPLATE, legend=_BOTTOM_LEGEND, margin={"t": 110, "b": 150}, height=520,
+        template=TEMPLATE, legend=BOTTOM_LEGEND, margin={"t": 110, "b": 150}, height=520,
         autosize=True)
     fig.update_xaxes(title_text="optimiser step")
     if len(panels) > 1:

@@ -11,12 +11,12 @@ computed or re-read from disk. ``explorer.update(lambda_=0.1, layer="middle")`` 
 programmatically what the controls do.
 
 :class:`RunLauncher` is a form (method, lambda, layers, seed) with a Run button that calls
-``anchorviz.experiment.run`` and reports the run directories (or the error) in its output area.
+``anchorviz.pipeline.sweep.run`` and reports the run directories (or the error) in its output area.
 
 The layout follows the width of the output area: the figures autosize (no fixed width), the
 rows of controls and the two lower panels wrap under each other in a narrow notebook column
 instead of being cut off, and every colour comes from the Okabe-Ito palette of
-:mod:`anchorviz.viz.plots` (``plots.OKABE_ITO`` / ``plots.TEMPLATE``: no red / green pair). Values
+`anchorviz.viz.common` (``OKABE_ITO`` / ``TEMPLATE``: no red / green pair). Values
 shown in the HTML status lines (run ids, paths, error messages) are HTML-escaped;
 ``status_text`` gives the same line as plain text for printing.
 
@@ -27,7 +27,6 @@ logs a warning saying so.
 
 from __future__ import annotations
 
-import importlib
 import logging
 import math
 import re
@@ -45,18 +44,47 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from anchorviz.viz import plots
+from anchorviz.viz.common import (
+    BOTTOM_LEGEND,
+    METHOD_COLORS,
+    METHOD_NAMES,
+    OKABE_ITO,
+    TEMPLATE,
+    TOP_LEGEND,
+    PathLike,
+    bar_arrays,
+    interval_caption,
+    layers_label,
+    layers_rank,
+    load_results,
+    load_run_table,
+    method_label,
+    method_rank,
+    metric_summary,
+    normalize_results,
+    sweep_targets,
+    target_column,
+    unique_values,
+)
+from anchorviz.viz.drift import DRIFT_METRICS, drift_curve
+from anchorviz.viz.projection import (
+    UMAP_HOVER,
+    hover_custom,
+    subsample,
+    umap_groups,
+    umap_movement,
+)
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["RunLauncher", "SweepExplorer", "lambda_label", "select_run"]
 
-#: the explorer's colours, all from the Okabe-Ito palette of anchorviz.viz.plots: the selected run
+#: the explorer's colours, all from the Okabe-Ito palette of anchorviz.viz.common: the selected run
 #: blue and the naive W2S reference vermillion (its colour in every other figure), ID / OOD
-#: accuracy blue / orange; chosen / rejected come from plots.umap_groups (blue / orange)
-_OI = plots.OKABE_ITO
+#: accuracy blue / orange; chosen / rejected come from umap_groups (blue / orange)
+_OI = OKABE_ITO
 _SELECTED_COLOR = _OI["blue"]
-_NAIVE_COLOR = plots.METHOD_COLORS["naive"]
+_NAIVE_COLOR = METHOD_COLORS["naive"]
 _ACC_COLORS = {"acc_id": _OI["blue"], "ood": _OI["orange"]}
 _MOVEMENT_COLOR = "rgba(153,153,153,0.45)"  # Okabe-Ito grey, see-through
 #: panel sizes: the heights are fixed, the widths follow the output area (plotly autosize);
@@ -120,15 +148,15 @@ def select_run(
     artefacts the weak teacher could read) and ``source`` may be left out only when the sweep
     has one value of each. Raises ValueError naming the valid choices when nothing matches.
     """
-    res = _with_visibility(plots._normalize_results(results, "passed to select_run"))
-    methods = sorted(res["method"].unique(), key=plots._method_rank)
+    res = _with_visibility(normalize_results(results, "passed to select_run"))
+    methods = sorted(res["method"].unique(), key=method_rank)
     if method not in methods:
         raise ValueError(f"method {method!r} is not in the sweep; choose one of {methods}")
     rows = res[res["method"] == method]
     asked = [f"method={method!r}"]
 
     def narrow(rows: pd.DataFrame, col: str, value: Any, name: str, required: bool) -> pd.DataFrame:
-        values = plots._unique(rows[col])
+        values = unique_values(rows[col])
         if value is None:
             if required and len(values) > 1:
                 raise ValueError(f"{', '.join(asked)} matches runs with several {name} values "
@@ -247,10 +275,10 @@ class SweepExplorer:
         run_id: the run the panels show; ``timings``: milliseconds of the last update per panel.
     """
 
-    def __init__(self, sweep_dir: plots.PathLike, *, preload_projections: bool = True,
+    def __init__(self, sweep_dir: PathLike, *, preload_projections: bool = True,
                  max_points: int = 1500, n_lines: int = 150) -> None:
         self.sweep_dir = Path(sweep_dir)
-        self.results = _with_visibility(plots.load_results(self.sweep_dir))
+        self.results = _with_visibility(load_results(self.sweep_dir))
         self.max_points = max_points
         self.n_lines = n_lines
         students = self.results[self.results["kind"] != "teacher"]
@@ -261,7 +289,7 @@ class SweepExplorer:
         for rid in students["run_id"]:
             rdir = self.sweep_dir / "runs" / rid
             try:
-                self._drift[rid] = plots.load_run_table(rdir, "drift")
+                self._drift[rid] = load_run_table(rdir, "drift")
             except FileNotFoundError as exc:
                 logger.warning("run %s: %s", rid, exc)
             if preload_projections:
@@ -285,7 +313,7 @@ class SweepExplorer:
     def _load_projection(self, run_id: str) -> pd.DataFrame | None:
         if run_id not in self._projection:
             try:
-                self._projection[run_id] = plots.load_run_table(
+                self._projection[run_id] = load_run_table(
                     self.sweep_dir / "runs" / run_id, "projection")
             except FileNotFoundError as exc:
                 logger.info("run %s: %s", run_id, exc)
@@ -301,29 +329,29 @@ class SweepExplorer:
         key = (float(self.strength_w.value), float(self.visibility_w.value),
                str(self.target_w.value))
         if key not in self._summaries:
-            col, _ = plots.target_column(self.results, self.target_w.value)
-            self._summaries[key] = plots.metric_summary(self._condition(), ["acc_id", col])
+            col, _ = target_column(self.results, self.target_w.value)
+            self._summaries[key] = metric_summary(self._condition(), ["acc_id", col])
         return self._summaries[key]
 
     # ---- controls
 
     def _build_controls(self, students: pd.DataFrame) -> None:
         res = self.results
-        methods = sorted(students["method"].unique(), key=plots._method_rank)
+        methods = sorted(students["method"].unique(), key=method_rank)
         self.method_w = widgets.Dropdown(
-            options=[(plots.METHOD_NAMES.get(m, m), m) for m in methods],
+            options=[(METHOD_NAMES.get(m, m), m) for m in methods],
             value="anchor" if "anchor" in methods else methods[0], description="method")
         anchor = res[res["method"] == "anchor"]
-        lambdas = plots._unique(anchor["anchor_lambda"]) or [0.0]
-        layers = sorted(anchor["anchor_layers"].unique(), key=plots._layers_rank) or ["last"]
+        lambdas = unique_values(anchor["anchor_lambda"]) or [0.0]
+        layers = sorted(anchor["anchor_layers"].unique(), key=layers_rank) or ["last"]
         self.lambda_w = widgets.SelectionSlider(
             options=[(lambda_label(v), float(v)) for v in lambdas],
             value=float(lambdas[len(lambdas) // 2]), description="λ (log steps)",
             continuous_update=True, style={"description_width": "initial"})
         self.layer_w = widgets.Dropdown(
-            options=[(plots._layers_label(s) or s, s) for s in layers], value=layers[0],
+            options=[(layers_label(s) or s, s) for s in layers], value=layers[0],
             description="anchored")
-        targets = plots.sweep_targets(res)
+        targets = sweep_targets(res)
         self.target_w = widgets.Dropdown(options=targets, value=targets[0], description="target")
         seeds = sorted(int(s) for s in res["seed"].unique())
         self.seed_w = widgets.Dropdown(options=seeds, value=seeds[0], description="seed")
@@ -456,7 +484,7 @@ class SweepExplorer:
                 naive_id = None
         self.run_id = run_id
         row = cond[cond["run_id"] == run_id].iloc[0]
-        label = plots.method_label(row["method"], row["anchor_lambda"], row["anchor_layers"])
+        label = method_label(row["method"], row["anchor_lambda"], row["anchor_layers"])
         t0 = time.perf_counter()
         self._update_drift(run_id, naive_id, label)
         t1 = time.perf_counter()
@@ -487,14 +515,14 @@ class SweepExplorer:
                     legendgroup=f"{who}-{dom}", showlegend=c == 1,
                     meta={"who": who, "domain": dom, "metric": metric}), row=1, col=c)
             fig.update_xaxes(title_text="layer (0 = embeddings)", dtick=1, row=1, col=c)
-        fig.update_yaxes(title_text=plots.DRIFT_METRICS["cka"][1], row=1, col=1)
+        fig.update_yaxes(title_text=DRIFT_METRICS["cka"][1], row=1, col=1)
         fig.update_yaxes(title_text="cosine drift 1 - cos", row=1, col=2)
         fig.update_annotations(font_size=13)  # the subplot titles, side by side when narrow
         # no width: the figure fills its box (autosize); the legend goes below the axis titles
         # in the figure's own bottom margin (its long trace names wrap there, nothing is cut)
-        fig.update_layout(height=_DRIFT_HEIGHT, autosize=True, template=plots.TEMPLATE,
+        fig.update_layout(height=_DRIFT_HEIGHT, autosize=True, template=TEMPLATE,
                           title_font=_TITLE_FONT, margin={"t": 100, "b": 150, "l": 60, "r": 20},
-                          legend=plots._BOTTOM_LEGEND)
+                          legend=BOTTOM_LEGEND)
         return fig
 
     def _update_drift(self, run_id: str, naive_id: str | None, label: str) -> None:
@@ -511,8 +539,8 @@ class SweepExplorer:
                 if table is None or (who == "naive" and rid == run_id):
                     tr.x, tr.y, tr.visible = [], [], who == "selected"
                     continue
-                x, y = plots.drift_curve(table, metric, split)
-                name = label if who == "selected" else plots.METHOD_NAMES["naive"]
+                x, y = drift_curve(table, metric, split)
+                name = label if who == "selected" else METHOD_NAMES["naive"]
                 where = f"source ({source_dom})" if dom == "source" else f"target ({target})"
                 tr.x, tr.y, tr.visible = x, y, True
                 tr.name = f"{name} · {where}"
@@ -539,14 +567,14 @@ class SweepExplorer:
                     marker={"size": 5 if model == "reference" else 6,
                             "opacity": 0.25 if model == "reference" else 0.85,
                             "symbol": "circle" if model == "reference" else "diamond"},
-                    hovertemplate=plots._UMAP_HOVER, meta={"model": model, "slot": i}))
+                    hovertemplate=UMAP_HOVER, meta={"model": model, "slot": i}))
         fig.add_trace(go.Scattergl(x=[], y=[], mode="lines", hoverinfo="skip",
                                    line={"color": _MOVEMENT_COLOR, "width": 1},
                                    meta={"model": "movement"}))
-        fig.update_layout(height=_PANEL_HEIGHT, autosize=True, template=plots.TEMPLATE,
+        fig.update_layout(height=_PANEL_HEIGHT, autosize=True, template=TEMPLATE,
                           title_font=_TITLE_FONT, margin={"t": 80, "b": 150, "l": 60, "r": 20},
                           xaxis_title="map axis 1 (shared map of reference states)",
-                          yaxis_title="map axis 2", legend=plots._BOTTOM_LEGEND)
+                          yaxis_title="map axis 2", legend=BOTTOM_LEGEND)
         fig.update_yaxes(scaleanchor="x", scaleratio=1)
         return fig
 
@@ -572,11 +600,11 @@ class SweepExplorer:
                 self.view_layer_w.value = layer
             finally:
                 self._silent = False
-        groups = plots.umap_groups(proj, layer, self.color_by_w.value, self.target_w.value)
-        groups = [{**g, "reference": plots._subsample(g["reference"], self.max_points, 0),
-                   "student": plots._subsample(g["student"], self.max_points, 0)}
+        groups = umap_groups(proj, layer, self.color_by_w.value, self.target_w.value)
+        groups = [{**g, "reference": subsample(g["reference"], self.max_points, 0),
+                   "student": subsample(g["student"], self.max_points, 0)}
                   for g in groups[:2]]
-        mx, my = plots.umap_movement(groups, self.n_lines, seed=0)
+        mx, my = umap_movement(groups, self.n_lines, seed=0)
         with fig.batch_update():
             for tr in fig.data:
                 model = tr.meta["model"]
@@ -591,7 +619,7 @@ class SweepExplorer:
                 g = groups[i]
                 df = g[model]
                 tr.x, tr.y = df["x"].to_numpy(float), df["y"].to_numpy(float)
-                tr.customdata = plots._hover_custom(df)
+                tr.customdata = hover_custom(df)
                 tr.marker.color = g["color"]
                 tr.visible = True
                 who = "reference (pretrained)" if model == "reference" else "student (trained)"
@@ -608,10 +636,10 @@ class SweepExplorer:
                                                 " to %{customdata[1]:.1f}%<br>%{customdata[3]}"
                                                 "<extra></extra>")))
         fig.update_layout(height=_PANEL_HEIGHT, autosize=True, barmode="group",
-                          template=plots.TEMPLATE, title_font=_TITLE_FONT,
+                          template=TEMPLATE, title_font=_TITLE_FONT,
                           yaxis_title="pairwise accuracy (%)",
                           margin={"t": 120, "b": 60, "l": 60, "r": 20},
-                          legend=plots._TOP_LEGEND)  # above the bars: the method names
+                          legend=TOP_LEGEND)  # above the bars: the method names
         # below them take as much room as their (rotated) labels need
         fig.add_hline(y=50, line={"dash": "dot", "color": "grey"})
         return fig
@@ -620,13 +648,13 @@ class SweepExplorer:
         fig = self.figures["accuracy"]
         summary = self._summary()
         target = str(self.target_w.value)
-        col_ood, _ = plots.target_column(self.results, target)
+        col_ood, _ = target_column(self.results, target)
         src = str(row["source"])
         with fig.batch_update():
             for tr in fig.data:
                 col = "acc_id" if tr.meta["column"] == "acc_id" else col_ood
                 part = summary[summary["column"] == col]
-                arrays = plots._bar_arrays(part, 100.0)
+                arrays = bar_arrays(part, 100.0)
                 tr.x, tr.y, tr.customdata = arrays["x"], arrays["y"], arrays["customdata"]
                 tr.error_y = arrays["error_y"]
                 chosen = np.array([lab == label for lab in arrays["x"]])
@@ -639,7 +667,7 @@ class SweepExplorer:
                                       min(100.0, math.ceil(np.nanmax(summary["hi"]) * 100 + 3))]
             cond = self._condition_caption()
             fig.layout.title.text = (f"Pairwise accuracy: {label}<br><sup>outlined = selected"
-                                     f"{cond}; {plots._interval_caption(summary)}</sup>")
+                                     f"{cond}; {interval_caption(summary)}</sup>")
 
     @property
     def status_text(self) -> str:
@@ -686,7 +714,7 @@ def _base_value(base: Any, section: str | None, key: str, default: Any) -> Any:
 
 
 class RunLauncher:
-    """A form that trains one configuration with ``anchorviz.experiment.run``.
+    """A form that trains one configuration with ``anchorviz.pipeline.sweep.run``.
 
     Args:
         config_or_path: a ``RunConfig``, a config mapping, or a YAML config file path; the
@@ -700,7 +728,7 @@ class RunLauncher:
     kernel.
     """
 
-    def __init__(self, config_or_path: Any, out_dir: plots.PathLike = "runs/notebook") -> None:
+    def __init__(self, config_or_path: Any, out_dir: PathLike = "runs/notebook") -> None:
         self._base = config_or_path
         base = self._read_base(config_or_path)
         methods = ["naive", "confidence", "anchor"]
@@ -756,7 +784,7 @@ class RunLauncher:
         self.layers_w.disabled = not anchored
 
     def overrides(self) -> dict[str, Any]:
-        """The form's values as dotted ``experiment.with_overrides`` keys."""
+        """The form's values as dotted ``anchorviz.config.with_overrides`` keys."""
         anchored = self.method_w.value == "anchor"
         return {"method.name": self.method_w.value,
                 "method.anchor_lambda": float(self.lambda_w.value) if anchored else 0.0,
@@ -766,18 +794,19 @@ class RunLauncher:
 
     def config(self) -> Any:
         """The RunConfig the Run button would train (base config + the form's values)."""
-        exp = importlib.import_module("anchorviz.experiment")
+        from anchorviz import config as config_mod  # looked up here: tests patch its functions
+
         base = self._base
         if isinstance(base, (str, Path)):
-            cfg = exp.load_config(base)
+            cfg = config_mod.load_config(base)
         elif isinstance(base, Mapping):
-            cfg = exp.config_from_dict(dict(base))
+            cfg = config_mod.config_from_dict(dict(base))
         else:
             cfg = base
-        return exp.with_overrides(cfg, **self.overrides())
+        return config_mod.with_overrides(cfg, **self.overrides())
 
     def launch(self) -> Any:
-        """Train the form's configuration now; returns ``experiment.run``'s result, or None
+        """Train the form's configuration now; returns ``anchorviz.pipeline.sweep.run``'s result, or None
         when it failed (the error is shown and kept in ``last_error``)."""
         self.button.disabled = True
         self.last_error, self.result = None, None
@@ -788,9 +817,10 @@ class RunLauncher:
         t0 = time.perf_counter()
         try:
             with self.output:
-                exp = importlib.import_module("anchorviz.experiment")
+                from anchorviz.pipeline import sweep as sweep_mod  # patched by tests
+
                 cfg = self.config()
-                self.result = exp.run(cfg, self.out_dir_w.value)
+                self.result = sweep_mod.run(cfg, self.out_dir_w.value)
         except Exception as exc:  # shown in the widget, never raised into the kernel
             self.last_error = exc
             self.progress.bar_style, self.progress.description = "danger", "failed"

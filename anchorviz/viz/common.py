@@ -13,7 +13,7 @@ choosing what to show, and the mean-over-seeds summaries.
 - summaries: :func:`metric_summary`, the mean over seeds with its interval (:data:`SPREADS`).
 
 The figure families (``accuracy``, ``drift``, ``projection``, ``training``, ``export``) build on
-this module; import the names from :mod:`anchorviz.viz.plots`, which re-exports them all.
+this module.
 """
 
 from __future__ import annotations
@@ -34,9 +34,8 @@ from plotly.colors import sample_colorscale
 
 from anchorviz.analysis.metrics import seed_summary
 
-#: one logger for every figure module, under the name the figures have always logged as (the
-#: public module's): logging settings and filters on ``anchorviz.viz.plots`` keep applying
-logger = logging.getLogger("anchorviz.viz.plots")
+#: one logger for every figure module (their warnings: missing tables, dropped runs)
+logger = logging.getLogger("anchorviz.viz")
 
 #: a directory or file path
 PathLike = str | OsPathLike
@@ -91,40 +90,40 @@ OKABE_ITO = {
     "yellow": "#F0E442", "blue": "#0072B2", "vermillion": "#D55E00",
     "reddish_purple": "#CC79A7", "grey": "#999999",
 }
-_OI = OKABE_ITO
+OI = OKABE_ITO
 METHOD_COLORS = {
-    "teacher": _OI["grey"],
-    "naive": _OI["vermillion"],
-    "confidence": _OI["orange"],
-    "seam": _OI["reddish_purple"],
-    "ceiling": _OI["black"],
+    "teacher": OI["grey"],
+    "naive": OI["vermillion"],
+    "confidence": OI["orange"],
+    "seam": OI["reddish_purple"],
+    "ceiling": OI["black"],
 }
 # ANCHOR: one light-to-dark ramp of an Okabe-Ito hue per layer choice, darker = stronger
 # lambda (line style tells the layer choices apart as well)
-_ANCHOR_SCALES = {
-    "last": [[0.0, "#cfe6f5"], [0.5, _OI["blue"]], [1.0, "#00324f"]],
-    "middle": [[0.0, "#c2ebde"], [0.5, _OI["bluish_green"]], [1.0, "#003d2c"]],
-    "all": [[0.0, "#f3d9e7"], [0.5, _OI["reddish_purple"]], [1.0, "#5e2447"]],
+ANCHOR_SCALES = {
+    "last": [[0.0, "#cfe6f5"], [0.5, OI["blue"]], [1.0, "#00324f"]],
+    "middle": [[0.0, "#c2ebde"], [0.5, OI["bluish_green"]], [1.0, "#003d2c"]],
+    "all": [[0.0, "#f3d9e7"], [0.5, OI["reddish_purple"]], [1.0, "#5e2447"]],
 }
-_OTHER_ANCHOR_SCALE = [[0.0, "#d9d9d9"], [1.0, "#333333"]]
-_LAYER_DASHES = {"last": "solid", "middle": "dash", "all": "dot"}
-_DOMAIN_DASHES = ("solid", "dash", "dot", "dashdot", "longdash", "longdashdot")
-_DOMAIN_COLORS = (_OI["blue"], _OI["orange"], _OI["bluish_green"], _OI["reddish_purple"],
-                  _OI["sky_blue"], _OI["vermillion"], _OI["black"])
+OTHER_ANCHOR_SCALE = [[0.0, "#d9d9d9"], [1.0, "#333333"]]
+LAYER_DASHES = {"last": "solid", "middle": "dash", "all": "dot"}
+DOMAIN_DASHES = ("solid", "dash", "dot", "dashdot", "longdash", "longdashdot")
+DOMAIN_COLORS = (OI["blue"], OI["orange"], OI["bluish_green"], OI["reddish_purple"],
+                  OI["sky_blue"], OI["vermillion"], OI["black"])
 # chosen / rejected: blue / orange (a pair that colour-blind readers tell apart), not green / red
-_SIDE_COLORS = {"chosen": _OI["blue"], "rejected": _OI["orange"]}
+SIDE_COLORS = {"chosen": OI["blue"], "rejected": OI["orange"]}
 #: in / out of distribution in the accuracy figures; the transfer scores
-_ID_COLOR, _OOD_COLOR = _OI["blue"], _OI["orange"]
-_TRANSFER_COLORS = {"wrg": _OI["blue"], "aog": _OI["orange"], "nts": _OI["bluish_green"]}
-_GROUP_KEYS = ["method", "anchor_lambda", "anchor_layers"]
-_TRANSFER_NAMES = {
+ID_COLOR, OOD_COLOR = OI["blue"], OI["orange"]
+TRANSFER_COLORS = {"wrg": OI["blue"], "aog": OI["orange"], "nts": OI["bluish_green"]}
+GROUP_KEYS = ["method", "anchor_lambda", "anchor_layers"]
+TRANSFER_NAMES = {
     "wrg": "WRG: ID gain",
     "aog": "AOG: OOD gain",
     "nts": "NTS: OOD gain - ID loss",
 }
-_TOP_LEGEND = {"orientation": "h", "yanchor": "bottom", "y": 1.0, "xanchor": "left", "x": 0.0}
+TOP_LEGEND = {"orientation": "h", "yanchor": "bottom", "y": 1.0, "xanchor": "left", "x": 0.0}
 # below the axis titles, in the figure's own bottom margin (container coordinates)
-_BOTTOM_LEGEND = {"orientation": "h", "yref": "container", "yanchor": "bottom", "y": 0.01,
+BOTTOM_LEGEND = {"orientation": "h", "yref": "container", "yanchor": "bottom", "y": 0.01,
                   "xanchor": "left", "x": 0.0}
 
 def _template() -> go.layout.Template:
@@ -163,7 +162,7 @@ def _read_parquet(path: Path) -> pd.DataFrame:
     return _read_parquet_cached(str(path.resolve()), st.st_mtime_ns, st.st_size)
 
 
-def _normalize_results(df: pd.DataFrame, where: str) -> pd.DataFrame:
+def normalize_results(df: pd.DataFrame, where: str) -> pd.DataFrame:
     """A copy of a results table with the grouping columns filled and typed."""
     required = ["run_id", "kind", "method", "seed", "acc_id"]
     missing = [c for c in required if c not in df.columns]
@@ -205,12 +204,12 @@ def load_results(sweep_dir: PathLike) -> pd.DataFrame:
                 "when runs finish)" if runs.is_dir() else
                 "; is this a sweep directory? (expected results.parquet and runs/)")
         raise FileNotFoundError(f"no results table {path}{hint}")
-    return _normalize_results(_read_parquet(path), str(path))
+    return normalize_results(_read_parquet(path), str(path))
 
 
-def _results_arg(sweep_dir: PathLike | None, results: pd.DataFrame | None) -> pd.DataFrame:
+def results_arg(sweep_dir: PathLike | None, results: pd.DataFrame | None) -> pd.DataFrame:
     if results is not None:
-        return _normalize_results(results, "passed as results=")
+        return normalize_results(results, "passed as results=")
     if sweep_dir is None:
         raise ValueError("pass a sweep directory or an already loaded results table (results=)")
     return load_results(sweep_dir)
@@ -244,7 +243,7 @@ def load_run_table(run_dir: PathLike, name: str) -> pd.DataFrame:
 # --------------------------------------------------------------------------- labels, colours
 
 
-def _layers_label(spec: str) -> str:
+def layers_label(spec: str) -> str:
     if spec in ("", "nan"):
         return ""
     return {"last": "last layer", "middle": "middle layers", "all": "all layers"}.get(
@@ -254,44 +253,44 @@ def _layers_label(spec: str) -> str:
 def method_label(method: str, anchor_lambda: float = 0.0, anchor_layers: str = "") -> str:
     """A reader's name for a method (``"ANCHOR λ=0.1 (last layer)"``, ``"naive W2S"`` ...)."""
     if method == "anchor":
-        layers = _layers_label(str(anchor_layers))
+        layers = layers_label(str(anchor_layers))
         return f"ANCHOR λ={anchor_lambda:g}" + (f" ({layers})" if layers else "")
     return METHOD_NAMES.get(method, method)
 
 
-def _method_rank(method: str) -> int:
+def method_rank(method: str) -> int:
     return METHOD_ORDER.index(method) if method in METHOD_ORDER else len(METHOD_ORDER) - 1
 
 
-def _layers_rank(spec: str) -> tuple[int, str]:
+def layers_rank(spec: str) -> tuple[int, str]:
     order = {"last": 0, "middle": 1, "all": 2}
     return (order.get(spec, 3), spec)
 
 
-def _group_table(rows: pd.DataFrame) -> pd.DataFrame:
+def group_table(rows: pd.DataFrame) -> pd.DataFrame:
     """One row per (method, lambda, layers) with ``label`` and ``color``, in reading order."""
-    groups = rows[_GROUP_KEYS].drop_duplicates().reset_index(drop=True)
-    groups["_rank"] = [(_method_rank(m), _layers_rank(la), lam)
-                       for m, lam, la in groups[_GROUP_KEYS].itertuples(index=False)]
+    groups = rows[GROUP_KEYS].drop_duplicates().reset_index(drop=True)
+    groups["_rank"] = [(method_rank(m), layers_rank(la), lam)
+                       for m, lam, la in groups[GROUP_KEYS].itertuples(index=False)]
     groups = groups.sort_values("_rank", kind="stable").drop(columns="_rank").reset_index(drop=True)
     groups["label"] = [method_label(m, lam, la)
-                       for m, lam, la in groups[_GROUP_KEYS].itertuples(index=False)]
+                       for m, lam, la in groups[GROUP_KEYS].itertuples(index=False)]
     groups["color"] = [_group_color(m, lam, la, rows) for m, lam, la in
-                       groups[_GROUP_KEYS].itertuples(index=False)]
+                       groups[GROUP_KEYS].itertuples(index=False)]
     return groups
 
 
 def _group_color(method: str, anchor_lambda: float, anchor_layers: str,
                  rows: pd.DataFrame) -> str:
     if method != "anchor":
-        return METHOD_COLORS.get(method, _OI["sky_blue"])
-    lams = _unique(rows.loc[rows["method"] == "anchor", "anchor_lambda"])
+        return METHOD_COLORS.get(method, OI["sky_blue"])
+    lams = unique_values(rows.loc[rows["method"] == "anchor", "anchor_lambda"])
     frac = 0.85 if len(lams) < 2 else 0.4 + 0.55 * lams.index(anchor_lambda) / (len(lams) - 1)
-    scale = _ANCHOR_SCALES.get(anchor_layers, _OTHER_ANCHOR_SCALE)
+    scale = ANCHOR_SCALES.get(anchor_layers, OTHER_ANCHOR_SCALE)
     return sample_colorscale(scale, [frac])[0]
 
 
-def _group_mask(rows: pd.DataFrame, method: str, anchor_lambda: float,
+def group_mask(rows: pd.DataFrame, method: str, anchor_lambda: float,
                 anchor_layers: str) -> pd.Series:
     return ((rows["method"] == method) & np.isclose(rows["anchor_lambda"], anchor_lambda)
             & (rows["anchor_layers"] == anchor_layers))
@@ -300,7 +299,7 @@ def _group_mask(rows: pd.DataFrame, method: str, anchor_lambda: float,
 # --------------------------------------------------------------------------- selections
 
 
-def _unique(col: pd.Series) -> list[Any]:
+def unique_values(col: pd.Series) -> list[Any]:
     """Sorted distinct values as plain Python scalars (so messages read ``[0.1, 1.0]``)."""
     return sorted(v.item() if isinstance(v, np.generic) else v for v in col.unique())
 
@@ -329,9 +328,9 @@ def select_condition(results: pd.DataFrame, artifact_strength: float | None = No
     """
     if results.empty:
         raise ValueError("the results table has no runs")
-    src = _pick_value(_unique(results["source"]), source, "source", "first")
+    src = _pick_value(unique_values(results["source"]), source, "source", "first")
     rows = results[results["source"] == src]
-    strength = _pick_value(_unique(rows["artifact_strength"]), artifact_strength,
+    strength = _pick_value(unique_values(rows["artifact_strength"]), artifact_strength,
                            "artifact_strength", "max")
     rows = rows[np.isclose(rows["artifact_strength"], strength)]
     parts = [f"source {src}"] if src else []
@@ -380,13 +379,13 @@ def target_column(results: pd.DataFrame, target: str | None, prefix: str = "acc"
     return col, f"target {name}"
 
 
-def _split_sort_key(split: str) -> tuple[int, str]:
+def split_sort_key(split: str) -> tuple[int, str]:
     return (0 if split == "source_test" else 1, split)
 
 
-def _resolve_splits(available: Sequence[str], split: str | Sequence[str] | None) -> list[str]:
+def resolve_splits(available: Sequence[str], split: str | Sequence[str] | None) -> list[str]:
     """Splits to show: None = all; ``"source"``, a target name or an exact split name."""
-    avail = sorted(set(available), key=_split_sort_key)
+    avail = sorted(set(available), key=split_sort_key)
     if split is None:
         return avail
     wanted = [split] if isinstance(split, str) else list(split)
@@ -402,7 +401,7 @@ def _resolve_splits(available: Sequence[str], split: str | Sequence[str] | None)
     return out
 
 
-def _split_desc(split: str, table: pd.DataFrame) -> str:
+def split_desc(split: str, table: pd.DataFrame) -> str:
     dom = ""
     if "domain" in table.columns:
         doms = table.loc[table["split"] == split, "domain"].astype(str).unique()
@@ -419,7 +418,7 @@ def _split_desc(split: str, table: pd.DataFrame) -> str:
 SPREADS = ("auto", "t", "minmax")
 
 
-def _summarize(rows: pd.DataFrame, col: str, confidence: float,
+def summarize_groups(rows: pd.DataFrame, col: str, confidence: float,
                spread: str = "auto") -> dict[str, Any]:
     """Mean over seeds and its interval.
 
@@ -463,17 +462,17 @@ def metric_summary(results: pd.DataFrame, columns: Sequence[str], confidence: fl
     lo, hi, n, interval`` (values in the stored units: fractions), groups in reading order.
     """
     out = []
-    for g in _group_table(results).itertuples(index=False):
-        rows = results[_group_mask(results, g.method, g.anchor_lambda, g.anchor_layers)]
+    for g in group_table(results).itertuples(index=False):
+        rows = results[group_mask(results, g.method, g.anchor_lambda, g.anchor_layers)]
         for col in columns:
             out.append({"method": g.method, "anchor_lambda": g.anchor_lambda,
                         "anchor_layers": g.anchor_layers, "label": g.label, "color": g.color,
-                        "column": col, **_summarize(rows, col, confidence, spread)})
+                        "column": col, **summarize_groups(rows, col, confidence, spread)})
     return pd.DataFrame(out, columns=["method", "anchor_lambda", "anchor_layers", "label", "color",
                                       "column", "mean", "lo", "hi", "n", "interval"])
 
 
-def _interval_caption(summary: pd.DataFrame) -> str:
+def interval_caption(summary: pd.DataFrame) -> str:
     kinds = sorted(set(summary.loc[summary["n"] > 0, "interval"]))
     if not kinds:
         return "no values"
@@ -482,7 +481,7 @@ def _interval_caption(summary: pd.DataFrame) -> str:
     return head + "error bars: " + "; ".join(kinds)
 
 
-def _bar_arrays(summary: pd.DataFrame, scale: float) -> dict[str, Any]:
+def bar_arrays(summary: pd.DataFrame, scale: float) -> dict[str, Any]:
     """Trace properties of one bar series from :func:`metric_summary` rows of one column."""
     mean = summary["mean"].to_numpy(float) * scale
     lo = summary["lo"].to_numpy(float) * scale
@@ -499,6 +498,6 @@ def _bar_arrays(summary: pd.DataFrame, scale: float) -> dict[str, Any]:
     }
 
 
-def _title(main: str, sub: str = "") -> dict[str, Any]:
+def figure_title(main: str, sub: str = "") -> dict[str, Any]:
     text = main + (f"<br><sup>{sub}</sup>" if sub else "")
     return {"text": text, "x": 0.01, "xanchor": "left"}

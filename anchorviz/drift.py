@@ -1,9 +1,0 @@
-"""Compatibility alias: the code lives in ``anchorviz.analysis.drift`` (this name is that module)."""
-
-import sys
-
-from anchorviz.analysis import drift as _home
-
-__all__ = list(_home.__all__)
-
-sys.modules[__name__] = _home

@@ -1,9 +1,0 @@
-"""Compatibility alias: the code lives in ``anchorviz.pipeline.runner`` (this name is that module)."""
-
-import sys
-
-from anchorviz.pipeline import runner as _home
-
-__all__ = list(_home.__all__)
-
-sys.modules[__name__] = _home
