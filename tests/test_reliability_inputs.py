@@ -14,6 +14,7 @@ from tiny_project import save_tiny_model, tiny_config
 from anchorviz import paths
 from anchorviz.config import RunConfig, expand_sweep
 from anchorviz.models import zoo
+from anchorviz.models.convert import CONVERTERS
 from anchorviz.pipeline.demo import demo_sweep
 from anchorviz.pipeline.keys import (
     local_inputs,
@@ -121,7 +122,7 @@ def fake_zoo(tmp_path, monkeypatch):
         (out / "config.json").write_text("{}")
         return {"verification": {"passed": True}}
 
-    monkeypatch.setitem(zoo._CONVERTERS, "smollm2-135m", convert)
+    monkeypatch.setitem(CONVERTERS, "smollm2-135m", convert)
     return built
 
 

