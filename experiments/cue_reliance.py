@@ -34,6 +34,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from anchorviz.analysis.cues import cue_sides
 from anchorviz.config import DataConfig
 from anchorviz.data.artifacts import teacher_view
 from anchorviz.models import ModelError
@@ -73,9 +74,14 @@ CUE_KINDS = ("marker", "order", "echo")
 
 
 def _marked_side(df: pd.DataFrame) -> np.ndarray:
-    """+1 where the marker is on the chosen side, -1 on the rejected side, 0 unmarked."""
-    side = [(m or {}).get("artifact_side") for m in df["meta"]]
-    return np.array([1 if s == "chosen" else -1 if s == "rejected" else 0 for s in side])
+    """+1 where a planted cue (marker, order or echo) is on the chosen side, -1 on the rejected
+    side, 0 unmarked: read from the text by the cues of `anchorviz.analysis.cues` (a teacher's
+    copy in the marker form carries the marker where the student's carries the echo)."""
+    sides = cue_sides(df, CUE_KINDS)
+    out = np.zeros(len(df), dtype=int)
+    for kind in CUE_KINDS:
+        out = np.where(out == 0, sides[kind].to_numpy(), out)
+    return out
 
 
 def score_run(run_dir: Path, versions: dict, max_length: int) -> dict:
