@@ -2,9 +2,9 @@
 
 Compares, on the same random float32 data (one student / reference pair per layer):
 
-- ``feature``  -- ``anchorviz.analysis.drift.linear_cka``: O(n d^2) time, O(d^2) memory, float64.
-- ``gram``     -- ``anchorviz.analysis.drift.gram_linear_cka``: the textbook n x n form in numpy float64
-                  (float32 if the machine's free memory forces it; the table says which).
+- ``feature``  -- ``anchorviz.analysis.cka.linear_cka``: O(n d^2) time, O(d^2) memory, float64.
+- ``gram``     -- ``anchorviz.analysis.cka.gram_linear_cka``: the textbook n x n form in numpy float64
+                  (``dtype="float32"`` if the machine's free memory forces it; the table says which).
 - ``ckatorch`` -- ``ckatorch.cka_base(x, y)`` from the published ``ckatorch`` package (PyPI),
                   linear kernel, Gram form in torch float64. Used only if importable, e.g. after
                   ``pip install --no-deps --target /tmp/ckapkg ckatorch matplotlib seaborn ...``
@@ -76,14 +76,12 @@ def _layer_data(n: int, d: int, layer: int, seed: int) -> tuple[np.ndarray, np.n
 
 def _method(name: str, gram_dtype: str):
     sys.path.insert(0, str(REPO))
-    from anchorviz.analysis.drift import gram_linear_cka, linear_cka
+    from anchorviz.analysis.cka import gram_linear_cka, linear_cka
 
     if name == "feature":
         return lambda x, y: linear_cka(x, y)
     if name == "gram":
-        if gram_dtype == "float64":
-            return lambda x, y: gram_linear_cka(x, y)
-        return lambda x, y: _gram_cka_float32(x, y)
+        return lambda x, y: gram_linear_cka(x, y, dtype=gram_dtype)
     if name == "ckatorch":
         if CKAPKG.is_dir():
             sys.path.append(str(CKAPKG))  # appended: never shadows the project's packages
@@ -92,21 +90,6 @@ def _method(name: str, gram_dtype: str):
 
         return lambda x, y: float(ckatorch.cka_base(torch.from_numpy(x), torch.from_numpy(y)))
     raise ValueError(name)
-
-
-def _gram_cka_float32(x: np.ndarray, y: np.ndarray) -> float:
-    """Biased Gram-matrix CKA with float32 n x n matrices (the memory-forced variant)."""
-    grams = []
-    for a in (x, y):
-        a = a - a.mean(axis=0)
-        k = a @ a.T
-        k -= k.mean(axis=0, keepdims=True)
-        k -= k.mean(axis=1, keepdims=True)
-        grams.append(k)
-    k, lm = grams
-    return float(np.vdot(k, lm)) / (
-        float(np.sqrt(np.vdot(k, k))) * float(np.sqrt(np.vdot(lm, lm)))
-    )
 
 
 def worker(args: argparse.Namespace) -> None:
@@ -305,9 +288,9 @@ def _markdown(results, args, command, ck_version, load_before, load_after, elaps
         f"{load_after[0]:.1f} after (the cores are shared, so times carry that noise). "
         f"Whole run: {elapsed / 60:.1f} min.",
         "",
-        "- **feature**: `anchorviz.analysis.drift.linear_cka` (float64 statistics X^T X, Y^T Y, X^T Y over "
+        "- **feature**: `anchorviz.analysis.cka.linear_cka` (float64 statistics X^T X, Y^T Y, X^T Y over "
         "64 MiB row chunks; no n x n matrix).",
-        "- **gram**: `anchorviz.analysis.drift.gram_linear_cka`, n x n Gram matrices K = X X^T, L = Y Y^T in "
+        "- **gram**: `anchorviz.analysis.cka.gram_linear_cka`, n x n Gram matrices K = X X^T, L = Y Y^T in "
         "numpy float64 (plain GEMM: numpy's syrk path for `a @ a.T` segfaults in OpenBLAS "
         "0.3.30/0.3.31 on this SkylakeX CPU once n passes ~16,000), centred in place (HKH).",
         f"- **ckatorch**: `ckatorch.cka_base(x, y)` (linear kernel, biased), ckatorch "

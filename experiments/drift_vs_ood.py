@@ -6,7 +6,7 @@ pretrained reference on that target's test pairs (``drift.parquet``: reference-c
 drift, and 1 - debiased CKA) is paired with the student's AOG on that target (points).
 
 - **Spearman per target and pooled**, with the bootstrap interval of
-  `anchorviz.analysis.drift.OODRiskEstimator` (over runs; the runs of one target share nothing but the
+  `anchorviz.analysis.ood_risk.OODRiskEstimator` (over runs; the runs of one target share nothing but the
   seed's split, so the interval is optimistic where seeds repeat).
 - **Leave one target out**: `OODRiskEstimator` is fitted on the other targets' (drift, AOG)
   pairs and predicts the held-out target's AOG from its drift alone, as a user without labels on
@@ -27,7 +27,7 @@ import doc_out
 import numpy as np
 import pandas as pd
 
-from anchorviz.analysis.drift import OODRiskEstimator
+from anchorviz.analysis.ood_risk import OODRiskEstimator
 from anchorviz.pipeline.results import results_table
 
 MEASURES = {"centred cosine": "cosine_centred_mean", "1 - debiased CKA": "cka_debiased"}

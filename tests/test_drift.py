@@ -1,5 +1,6 @@
-"""Tests for anchorviz.drift: CKA (feature-space, Gram, streaming), cosine drift, drift tables,
-the drift-OOD relation and the label-free OOD risk estimator."""
+"""Tests for anchorviz.analysis.cka (feature-space, Gram, streaming CKA),
+anchorviz.analysis.drift (cosine drift, drift tables, the drift-OOD relation) and
+anchorviz.analysis.ood_risk (the label-free OOD risk estimator)."""
 
 from __future__ import annotations
 
@@ -16,16 +17,10 @@ from hypothesis import strategies as st
 from scipy.stats import ortho_group
 
 import anchorviz.analysis.drift as drift_mod
-from anchorviz.analysis.drift import (
-    DriftError,
-    OODRiskEstimator,
-    StreamingCKA,
-    cosine_drift,
-    drift_ood_relation,
-    drift_table,
-    gram_linear_cka,
-    linear_cka,
-)
+from anchorviz.analysis.cka import StreamingCKA, gram_linear_cka, linear_cka
+from anchorviz.analysis.drift import cosine_drift, drift_ood_relation, drift_table
+from anchorviz.analysis.drift_inputs import DriftError
+from anchorviz.analysis.ood_risk import OODRiskEstimator
 
 
 def _pair(n: int = 120, dx: int = 12, dy: int = 9, noise: float = 1.5, seed: int = 0):
@@ -93,6 +88,16 @@ def test_streaming_precision_with_large_offset():
     x32, y32 = x.astype(np.float32), y.astype(np.float32)
     for debiased in (False, True):
         assert acc.compute(debiased) == pytest.approx(gram_linear_cka(x32, y32, debiased), abs=1e-6)
+
+
+def test_gram_cka_in_float32_matches_float64():
+    x, y = _pair(n=200, dx=10, dy=7)
+    ref = gram_linear_cka(x, y)
+    assert gram_linear_cka(x, y, dtype="float32") == pytest.approx(ref, abs=1e-5)
+    assert gram_linear_cka(x, y, True, dtype="float32") == pytest.approx(
+        gram_linear_cka(x, y, True), abs=1e-4)
+    with pytest.raises(ValueError, match="dtype"):
+        gram_linear_cka(x, y, dtype="float16")
 
 
 def test_debiased_cka_near_zero_for_independent_features():

@@ -17,7 +17,7 @@ Then, on pairs of the source and of each target (the same token ids for model an
 pairwise accuracy per labelled domain with bootstrap intervals; linear CKA (biased and
 debiased) and cosine drift (raw, centred, standardised) per layer against the BASE model's
 states; the shared 2-D map (UMAP, PCA fallback) fitted on the base's states; and for targets
-given without labels, `anchorviz.analysis.drift.OODRiskEstimator`'s label-free estimate of the accuracy
+given without labels, `anchorviz.analysis.ood_risk.OODRiskEstimator`'s label-free estimate of the accuracy
 from the drift, fitted on every labelled domain of every checkpoint analysed into the same
 folder against the same base (it says when the relation is too weak to predict).
 
@@ -684,12 +684,13 @@ DRIFT_FOR_RISK = ("cosine_centred_mean", "cosine_mean")
 
 
 def ood_risk_table(out: str | Path, n_boot: int = 2000, min_runs: int = 4) -> pd.DataFrame:
-    """`anchorviz.analysis.drift.OODRiskEstimator` over the checkpoints analysed into ``out``: fitted on
+    """`anchorviz.analysis.ood_risk.OODRiskEstimator` over the checkpoints analysed into ``out``: fitted on
     (last-layer centred cosine drift, accuracy) of every labelled domain of every checkpoint
     with the same reference, it predicts the accuracy of each unlabelled target from its
     drift, with a prediction interval, or says why the relation is too weak. Written to
     ``out/ood_risk.csv`` (one row per checkpoint x unlabelled target)."""
-    from anchorviz.analysis.drift import DriftError, OODRiskEstimator
+    from anchorviz.analysis.drift_inputs import DriftError
+    from anchorviz.analysis.ood_risk import OODRiskEstimator
     from anchorviz.paths import read_yaml
     from anchorviz.pipeline.store import RunStore
 

@@ -312,7 +312,8 @@ def _drift_table_column(drift_col: str) -> str | None:
 def _relation_stat(panel: pd.DataFrame, min_n: int, n_boot: int, seed: int,
                    ci_level: float) -> tuple[dict | None, str]:
     """(relation or None, caption) of one panel's points: no statistic below ``min_n`` runs."""
-    from anchorviz.analysis.drift import DriftError, drift_ood_relation
+    from anchorviz.analysis.drift import drift_ood_relation
+    from anchorviz.analysis.drift_inputs import DriftError
 
     n = len(panel)
     if n < min_n:
