@@ -210,6 +210,59 @@ def cmd_models(args) -> int:
     return EXIT_OK
 
 
+def _share_cell(point, lo, hi) -> str:
+    if point is None or point != point:  # no pair to take a share of (None or NaN)
+        return "-"
+    return f"{100 * point:.1f} [{100 * lo:.1f}, {100 * hi:.1f}]"
+
+
+def cmd_cues(args) -> int:
+    """The data audit before any model: per dataset and surface cue, how often the cue picks a
+    side and how often that side is the chosen one (`anchorviz.analysis.cues`)."""
+    import json
+    import math
+
+    from anchorviz.analysis.cues import cue_agreement, cue_sides, resolve_cues
+    from anchorviz.data.readers import load_pairs
+    from anchorviz.data.schema import DataError
+
+    cues = resolve_cues(args.cues)  # an unknown cue fails before any data is read
+    out: dict[str, dict] = {}
+    for name in args.datasets:
+        pairs, report = load_pairs(name)  # its drop report is logged by the reader
+        if not len(pairs):
+            raise DataError(f"{name}: no pairs left to audit (drop report: {report})")
+        table = cue_agreement(cue_sides(pairs, cues), n_boot=args.n_boot, seed=args.seed)
+        out[name] = {"pairs": len(pairs), "cues": {
+            r["cue"]: {"n": r["n"], "n_side": r["n_side"], "interval": r["interval"], **{
+                k: {"point": r[k], "lo": r[f"{k}_lo"], "hi": r[f"{k}_hi"]}
+                for k in ("side_share", "chosen_share")}}
+            for r in table.to_dict("records")}}
+    if args.json:
+        def clean(v):  # NaN is not JSON: a share that does not exist is null
+            if isinstance(v, dict):
+                return {k: clean(x) for k, x in v.items()}
+            return None if isinstance(v, float) and math.isnan(v) else v
+
+        print(json.dumps({"n_boot": args.n_boot, "seed": args.seed, "datasets": clean(out)},
+                         indent=2))
+        return EXIT_OK
+    rows = []
+    for name, res in out.items():
+        for cue, c in res["cues"].items():
+            rows.append([name, cue, str(c["n"]), str(c["n_side"]),
+                         _share_cell(*c["side_share"].values()),
+                         _share_cell(*c["chosen_share"].values()), c["interval"]])
+    print(_columns(["DATASET", "CUE", "PAIRS", "PICKS A SIDE", "SHARE PICKING A SIDE %",
+                    "SIDE IS CHOSEN %", "INTERVAL"], rows))
+    print(f"\n95% intervals: cluster = bootstrap over prompts ({args.n_boot} resamples, seed "
+          f"{args.seed}), pair = every prompt has one pair, wilson = one prompt only. SIDE IS "
+          "CHOSEN: among the pairs where the cue picks a side, the share where that side is the "
+          "chosen response (50 = unrelated to the label). Cue definitions: "
+          "anchorviz/analysis/cues.py.")
+    return EXIT_OK
+
+
 def _positive_int(text: str) -> int:
     try:
         n = int(text)
@@ -381,6 +434,23 @@ def build_parser() -> argparse.ArgumentParser:
     ms = sub.add_parser("models", help="list the offline model zoo: layers, licence, whether "
                                        "converted in the cache, path")
     ms.set_defaults(func=cmd_models)
+    cu = sub.add_parser("cues", help="data audit: per dataset and surface cue (length, refusal, "
+                                     "format, ...), how often the cue picks a side and how "
+                                     "often that side is the chosen one",
+                        epilog="example:\n  anchorviz cues realdata-hh-harmless my_pairs.jsonl "
+                               "--cues length refusal",
+                        formatter_class=argparse.RawDescriptionHelpFormatter)
+    cu.add_argument("datasets", nargs="+", metavar="SOURCE_OR_FILE",
+                    help="a known dataset name (anchorviz datasets) or a local .jsonl / .json / "
+                         ".csv / .parquet file of pairs")
+    cu.add_argument("--cues", nargs="+", default=None, metavar="CUE",
+                    help="cues to audit (default: every registered cue: length refusal format "
+                         "marker order echo)")
+    cu.add_argument("--json", action="store_true", help="print machine-readable JSON")
+    cu.add_argument("--n-boot", type=_positive_int, default=2000,
+                    help="bootstrap resamples of the intervals (default 2000)")
+    cu.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
+    cu.set_defaults(func=cmd_cues)
     return p
 
 
