@@ -74,6 +74,7 @@ __all__ = [
     "known_cues",
     "refuses",
     "register_cue",
+    "resolve_cues",
     "share_interval",
     "wilson_interval",
 ]
@@ -212,7 +213,9 @@ def register_cue(name: str, fn: CueFn, *, replace: bool = False) -> None:
     _REGISTRY[name] = fn
 
 
-def _resolve(cues: Sequence[str] | None) -> list[str]:
+def resolve_cues(cues: Sequence[str] | None) -> list[str]:
+    """``cues`` as a list of registered names (None: all); unknown names are a ValueError
+    listing the known ones."""
     if cues is None:
         return known_cues()
     if isinstance(cues, str):
@@ -234,7 +237,7 @@ def cue_sides(pairs: pd.DataFrame, cues: Sequence[str] | None = None) -> pd.Data
     Returns a DataFrame on ``pairs``' index with ``pair_id`` and ``prompt`` (when ``pairs`` has
     them) and one int column per cue (``cues``: names, default every registered cue) holding
     +1 / -1 / 0."""
-    names = _resolve(cues)
+    names = resolve_cues(cues)
     for col in ("chosen", "rejected"):
         if col not in pairs.columns:
             raise ValueError(f"pair table lacks the {col!r} column (expected the pair schema: "
