@@ -174,6 +174,14 @@ def write_jsonl(path: Path, rows: list[dict]) -> Path:
     return path
 
 
+@pytest.fixture
+def hh_file(tmp_path: Path) -> Path:
+    """The HH-RLHF rows of tests/pair_rows.py as a local ``test.jsonl`` (adapter and reader tests)."""
+    from pair_rows import HH_ROWS
+
+    return write_jsonl(tmp_path / "test.jsonl", HH_ROWS)
+
+
 def write_yaml_text(tmp_path: Path, text: str, name: str = "c.yaml") -> Path:
     path = tmp_path / name
     path.write_text(text, encoding="utf-8")
