@@ -26,6 +26,9 @@ logger = logging.getLogger(__name__)
 __all__ = [
     "artifact_accuracy",
     "artifact_columns",
+    "cue_block",
+    "cue_follow_columns",
+    "run_cues",
     "drift_columns",
     "base_config_columns",
     "pgr_from_runs",
@@ -63,6 +66,72 @@ def accuracy_block(scores: pd.DataFrame, n_boot: int, seed: int) -> dict:
         iv = bootstrap_accuracy_ci(c, n_boot=n_boot, seed=seed, groups=groups)
         out[split] = {"point": float(iv[0]), "lo": float(iv[1]), "hi": float(iv[2]), "n": len(c),
                       "bootstrap": bootstrap_kind(groups)}
+    return out
+
+
+def _cue_entry(row: dict) -> dict:
+    """One cue's entry of the ``cues`` block from a `cues.cue_reliance` row (NaN -> None)."""
+    row = {k: (None if isinstance(v, float) and np.isnan(v) else v) for k, v in row.items()}
+
+    def iv(key: str, n: int) -> dict:
+        return {"n": n, "point": row[key], "lo": row[f"{key}_lo"], "hi": row[f"{key}_hi"]}
+
+    return {"n": row["n"], "agree": iv("agree_acc", row["agree_n"]),
+            "disagree": iv("disagree_acc", row["disagree_n"]), "follow": iv("follow", row["n"]),
+            "interval": row["interval"]}
+
+
+def cue_block(scores: pd.DataFrame, data: dict[str, pd.DataFrame], n_boot: int, seed: int,
+              cues: list[str] | None = None) -> dict:
+    """The ``cues`` block of a run's ``metrics.json``: per evaluated split (``source_test``,
+    each ``target_test:<name>`` and ``ood``, the targets pooled), per cue
+    (`anchorviz.analysis.cues`; default every registered cue), how the run's scores go along
+    with the cue: ``n`` (pairs where the cue picks a side), ``agree`` / ``disagree`` (accuracy,
+    with ``n``, on the pairs where the cue's side is the chosen / the rejected response) and
+    ``follow`` (share of the cue's pairs where the model prefers the cue's side), each with a
+    95% interval (bootstrap over the scores' ``group``: prompts; ``interval`` says which kind).
+
+    ``data``: the splits' pair tables as the model read them (the texts decide the sides)."""
+    from anchorviz.analysis.cues import cue_reliance, cue_sides
+
+    parts: dict[str, tuple[pd.DataFrame, np.ndarray, list | None]] = {}
+    for split, g in scores.groupby("split", sort=False):
+        if split not in data:
+            raise ValueError(f"scores hold split {split!r} but the pair data has only "
+                             f"{sorted(data)}")
+        sides = cue_sides(data[split], cues)
+        sides["pair_id"] = sides["pair_id"].astype(str)
+        ids = g["pair_id"].astype(str)
+        missing = sorted(set(ids) - set(sides["pair_id"]))
+        if missing:
+            raise ValueError(f"split {split}: {len(missing)} scored pair(s) are not in its pair "
+                             f"data, e.g. {missing[:3]} (the data changed since the run?)")
+        sides = sides.set_index("pair_id").loc[ids].reset_index()
+        margin = (g["r_chosen"] - g["r_rejected"]).to_numpy(dtype=np.float64)
+        parts[split] = (sides, margin, g["group"].tolist() if "group" in g else None)
+    targets = [s for s in parts if s != "source_test"]
+    if targets:
+        pooled = [parts[t] for t in targets]
+        groups = (None if any(p[2] is None for p in pooled)
+                  else [x for p in pooled for x in p[2]])
+        parts["ood"] = (pd.concat([p[0] for p in pooled], ignore_index=True),
+                        np.concatenate([p[1] for p in pooled]), groups)
+    out = {}
+    for split, (sides, margin, groups) in parts.items():
+        table = cue_reliance(sides, margin, groups="prompt" if groups is None else groups,
+                             n_boot=n_boot, seed=seed)
+        out[split] = {r["cue"]: _cue_entry(r) for r in table.to_dict("records")}
+    return out
+
+
+def cue_follow_columns(block: dict) -> dict[str, float]:
+    """The results table's cue columns from a ``cues`` block: ``follow_<cue>_source`` and
+    ``follow_<cue>_target`` (the targets pooled), for the cues that pick a side there."""
+    out = {}
+    for split, name in (("source_test", "source"), ("ood", "target")):
+        for cue, b in (block.get(split) or {}).items():
+            if b.get("n"):
+                out[f"follow_{cue}_{name}"] = b["follow"]["point"]
     return out
 
 
@@ -244,6 +313,30 @@ def artifact_accuracy(run_dir: str | Path) -> dict[str, tuple[float, int]]:
     return out
 
 
+def run_cues(run_dir: str | Path, cues: list[str] | None = None) -> dict:
+    """The ``cues`` block (`cue_block`) of a finished run, from its stored ``scores.parquet``
+    and its splits' pair texts, rebuilt from ``config.yaml`` as `artifact_accuracy` rebuilds
+    them (a teacher reads its own view, `prepare.teacher_data`); nothing is retrained. For runs
+    made before metrics.json held the block, or with other cues. Bootstrap resamples and seed
+    are the run's (``capture.n_boot``, default 1000; ``seed``)."""
+    from anchorviz.paths import read_yaml
+    from anchorviz.pipeline.prepare import teacher_data
+
+    run_dir = Path(run_dir)
+    key = read_yaml(run_dir / "config.yaml")
+    data = dict(key["data"])
+    protocol = data.pop("split_protocol", None)
+    if protocol != SPLIT_PROTOCOL:
+        raise ValueError(f"{run_dir}: made with split protocol {protocol!r}, this code makes "
+                         f"protocol {SPLIT_PROTOCOL}: its pairs cannot be rebuilt")
+    splits = prepare_data(DataConfig(**data))
+    if key.get("kind") == "teacher":
+        splits = teacher_data(splits, data.get("artifact_teacher_form", "same"))
+    scores = pd.read_parquet(run_dir / "scores.parquet")
+    n_boot = int((key.get("capture") or {}).get("n_boot", 1000))
+    return cue_block(scores, splits, n_boot=n_boot, seed=int(key.get("seed", 0)), cues=cues)
+
+
 def pgr_from_runs(student_dir: Path, ceiling_dir: Path, teacher_dir: Path, n_boot: int = 1000,
                   seed: int = 0) -> dict | None:
     """PGR on the ID split (``{"point", "lo", "hi"}``, paired bootstrap) from the stored scores of
@@ -328,6 +421,7 @@ def _result_row(run_id: str, key: dict, m: dict, run_dir: Path) -> dict:
     if (run_dir / "scores.parquet").is_file():
         for group, (acc, _) in artifact_accuracy(run_dir).items():
             row[f"acc_id_{group}"] = acc
+    row.update(cue_follow_columns(m.get("cues") or {}))
     return row
 
 

@@ -42,6 +42,7 @@ from anchorviz.pipeline.results import (
     accuracy_block,
     artifact_columns,
     bootstrap_groups,
+    cue_block,
     label_stats,
     transfer_block,
 )
@@ -362,6 +363,8 @@ def ensure_teacher(store, cfg: RunConfig, data) -> RunResult:
         _save_weights(model, tmp, full=True)  # the whole trained teacher (SEAM re-scores with it)
         return {"kind": "teacher", "method": "teacher", "model": cfg.models.teacher,
                 "accuracy": accuracy_block(scores, cfg.capture.n_boot, cfg.seed),
+                # reliance on surface cues, read from the texts the teacher scored
+                "cues": cue_block(scores, data, cfg.capture.n_boot, cfg.seed),
                 "train": {"steps": res.steps, "seconds": res.seconds,
                           "final_loss": float(res.history["total"].iloc[-1]),
                           "val": res.evals.to_dict("records")},
@@ -508,6 +511,7 @@ def run_student(store, cfg: RunConfig, data, kind: str = "student",
         info.update({
             "method": method,
             "accuracy": accuracy_block(scores, cfg.capture.n_boot, cfg.seed),
+            "cues": cue_block(scores, data, cfg.capture.n_boot, cfg.seed),
             # PGR needs the ceiling, which trains in parallel: the results table computes it
             # from the stored scores of the three runs (`pgr_from_runs`)
             "transfer": transfer_block(scores, teacher_scores, None,
