@@ -159,7 +159,8 @@ def cmd_analyse(args) -> int:
                   args.out, name=args.name, pairs=args.pairs, max_length=args.max_length,
                   batch_size=args.batch_size, device=args.device, seed=args.seed,
                   projection=args.projection, use_chat_template=args.chat_template,
-                  trust_remote_code=args.trust_remote_code)
+                  trust_remote_code=args.trust_remote_code,
+                  allow_pickle_weights=args.allow_pickle_weights)
     print("\n".join(summary_lines(res)))
     print(f"\nRun folder: {res.run_dir}" + ("" if res.computed else " (already analysed)"))
     if len(res.ood_risk):
@@ -455,6 +456,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    an.add_argument("--allow-pickle-weights", action="store_true",
+                    help="read weights saved only as pickle (pytorch_model.bin), with "
+                         "torch.load(weights_only=True); without it only safetensors are read")
     from anchorviz.config import ConfigError
     from anchorviz.data.schema import DataError
     from anchorviz.models.reward_model import ModelError

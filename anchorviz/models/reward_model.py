@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
+import pickle
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -24,6 +27,11 @@ __all__ = [
     "CHECKPOINT_FORMAT",
     "ModelError",
     "POOLINGS",
+    "LOAD_ERRORS",
+    "TOKENIZER_FILES",
+    "check_loading",
+    "check_tokenizer",
+    "weights_kwargs",
     "RewardModel",
     "RewardOutput",
     "apply_lora",
@@ -40,6 +48,7 @@ __all__ = [
     "pool_states",
     "quiet_transformers",
     "required_state_keys",
+    "resolve_reference",
     "save_checkpoint",
     "trainable_state",
 ]
@@ -214,7 +223,7 @@ class RewardModel(nn.Module):
 @contextlib.contextmanager
 def quiet_transformers():
     """transformers' own loading output off while a model loads: its "Loading weights" bar
-    (one per model load: several per run) and its load report (`_report_loading` says what
+    (one per model load: several per run) and its load report (`check_loading` says what
     matters instead). Restores the verbosity and bar setting it found."""
     from transformers.utils import logging as hf_logging
 
@@ -232,23 +241,122 @@ def quiet_transformers():
 # weights a backbone may lack in its checkpoint without consequence: the reward model pools
 # hidden states itself and never calls the encoder's pooler
 _UNUSED_WEIGHTS = ("pooler.",)
+# head weights a checkpoint may hold that a plain backbone (AutoModel) does not read
+_HEAD_WEIGHTS = ("lm_head.", "score.", "classifier.", "v_head.", "value_head.")
 
 
-def _report_loading(name: str, info: dict) -> None:
-    """One warning when weights the reward model uses were not in the checkpoint (newly
-    initialised) or had another shape; the rest (unused pooler, an LM head the backbone does
-    not have) at debug level."""
-    missing = [k for k in info.get("missing_keys") or () if not k.startswith(_UNUSED_WEIGHTS)]
-    mismatched = list(info.get("mismatched_keys") or ())
-    if missing or mismatched:
-        logger.warning("model %s: %d weight(s) not in its checkpoint (newly initialised), %d of "
-                       "another shape: %s", name, len(missing), len(mismatched),
-                       ", ".join(map(str, (missing + mismatched)[:8]))
-                       + (" ..." if len(missing) + len(mismatched) > 8 else ""))
-    unexpected = list(info.get("unexpected_keys") or ())
-    if unexpected or len(missing) < len(info.get("missing_keys") or ()):
+def check_loading(name: str, info: dict, unused: tuple[str, ...] = _UNUSED_WEIGHTS,
+                  head: bool = False) -> None:
+    """Refuse a model whose checkpoint did not give every weight it computes with: a weight
+    transformers had to initialise at random (``missing_keys`` other than ``unused``) or whose
+    shape differed (``mismatched_keys``) is a `ModelError` naming the keys. ``head=True`` (a
+    reward model read with its own head) also refuses checkpoint weights of a score head that
+    the loaded class did not read (``unexpected_keys`` of `_HEAD_WEIGHTS`). The rest is logged
+    at debug level."""
+    all_missing = [str(k) for k in info.get("missing_keys") or ()]
+    missing = [k for k in all_missing if not any(u in k for u in unused)]
+    mismatched = [str(k[0] if isinstance(k, tuple) else k) for k in info.get("mismatched_keys") or ()]
+    unexpected = [str(k) for k in info.get("unexpected_keys") or ()]
+    stray = [k for k in unexpected if head and k.startswith(_HEAD_WEIGHTS)]
+    if missing or mismatched or stray:
+        parts = []
+        for what, keys in (("not in its checkpoint (transformers would initialise them at "
+                            "random)", missing), ("of another shape in its checkpoint",
+                                                  mismatched),
+                           ("in its checkpoint but not read by the loaded model", stray)):
+            if keys:
+                parts.append(f"{len(keys)} weight(s) {what}: {', '.join(sorted(keys)[:8])}"
+                             + (" ..." if len(keys) > 8 else ""))
+        raise ModelError(
+            f"model {name}: {'; '.join(parts)}. anchorviz reads only a checkpoint that holds "
+            "every weight the reward path uses: save the whole model (save_pretrained) or pass "
+            "the folder of the model these weights belong to")
+    if unexpected or len(missing) < len(all_missing):
         logger.debug("model %s: unused checkpoint weights %s; unused missing weights %s", name,
-                     unexpected[:8], [k for k in info.get("missing_keys") or () if k not in missing])
+                     unexpected[:8], [k for k in all_missing if k not in missing])
+
+
+#: files any one of which makes a folder's tokenizer (transformers builds an empty default
+#: tokenizer for a folder that has none of them)
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "vocab.json",
+                   "merges.txt", "tokenizer.model", "spiece.model", "sentencepiece.bpe.model")
+
+
+def _has_tokenizer_files(folder: Path) -> bool:
+    return any((folder / f).is_file() for f in TOKENIZER_FILES)
+
+
+def check_tokenizer(tokenizer, source: str, config) -> None:
+    """Refuse a tokenizer that cannot be the model's: one whose vocabulary is under half the
+    model's embedding rows (``config.vocab_size``), e.g. transformers' 5-token default built for
+    a folder without tokenizer files, or another model's tokenizer. ``source`` names where the
+    tokenizer was read."""
+    rows = getattr(config, "vocab_size", None)
+    n = len(tokenizer)
+    if isinstance(rows, int) and rows > 0 and n < rows / 2:
+        raise ModelError(
+            f"the tokenizer read from {source} has {n} tokens for a model of {rows} "
+            "embedding rows (config.vocab_size): it is not this model's tokenizer. Save the "
+            "model's own tokenizer files (tokenizer.json / vocab.txt ...) into the folder")
+
+
+def _hub_offline() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().upper() in ("1", "ON", "YES", "TRUE")
+
+
+def resolve_reference(name_or_path: str | os.PathLike[str]) -> str:
+    """A model reference as ``from_pretrained`` takes it: a zoo name's verified folder, an
+    existing local folder, or a hub id. A reference that names a local path which does not
+    exist fails here, at once, instead of being tried on the hub: one starting with ``.`` /
+    ``~`` or absolute (`anchorviz.models.zoo.resolve_model`), one whose first folder exists
+    here (``item8/nope`` with ``./item8``), and, when ``HF_HUB_OFFLINE`` is set, any hub id
+    not in the local hub cache. Raises `ModelError` naming the reference."""
+    from anchorviz.models.zoo import resolve_model
+
+    ref = os.fspath(name_or_path)
+    try:
+        resolved = resolve_model(ref)
+    except (FileNotFoundError, ValueError) as err:
+        raise ModelError(f"model {ref!r}: {err}") from None
+    if isinstance(resolved, Path):
+        return str(resolved)
+    first = Path(ref).parts[0] if Path(ref).parts else ref
+    if Path(first).is_dir():
+        raise ModelError(
+            f"model {ref!r}: the local folder {Path(ref).absolute()} does not exist (the folder "
+            f"{first!r} does, so this names a local path, not a hub id)")
+    if _hub_offline():
+        from huggingface_hub import try_to_load_from_cache
+
+        if not isinstance(try_to_load_from_cache(ref, "config.json"), str):
+            raise ModelError(
+                f"model {ref!r}: no local folder {Path(ref).absolute()}, and HF_HUB_OFFLINE is "
+                "set and the hub cache does not hold it: pass an existing folder, a zoo name "
+                "(anchorviz models) or unset HF_HUB_OFFLINE to download it")
+    return str(resolved)
+
+
+#: what ``from_pretrained`` raises for files it cannot read (a refused pickle included)
+LOAD_ERRORS = (OSError, ValueError, pickle.UnpicklingError)
+
+
+def weights_kwargs(path: str, allow_pickle_weights: bool) -> dict:
+    """``from_pretrained`` keyword arguments for the weights of ``path``: safetensors only,
+    unless the caller allowed pickled weights (``pytorch_model.bin``; read by ``torch.load``
+    with ``weights_only=True``, never as code). A local folder with pickled weights alone is a
+    `ModelError` that names the flag."""
+    folder = Path(path)
+    if allow_pickle_weights:
+        return {"use_safetensors": None, "weights_only": True}
+    if folder.is_dir() and not any(folder.glob("*.safetensors")):
+        pickled = sorted(p.name for p in folder.glob("*.bin"))
+        if pickled:
+            raise ModelError(
+                f"model folder {path}: weights only as pickle ({', '.join(pickled[:3])}), no "
+                "model.safetensors. Pickled weights are read only on request: pass "
+                "--allow-pickle-weights (allow_pickle_weights=True; loaded with "
+                "torch.load(weights_only=True)), or convert them to safetensors")
+    return {"use_safetensors": True}
 
 
 def load_backbone(
@@ -257,20 +365,29 @@ def load_backbone(
     dtype: torch.dtype | None = None,
     trust_remote_code: bool = False,
     dropout: bool = True,
+    allow_pickle_weights: bool = False,
 ):
     """Load ``(backbone, tokenizer)``: a zoo name, a local folder or a hub id.
 
     Zoo names (``minilm-l6``, ``minilm-l3``, ``smollm2-135m``) resolve to verified local folders
     in the cache (prepared on first use, offline afterwards). ``trust_remote_code`` stays False
-    unless the caller asks. ``dropout=False`` zeroes every dropout probability.
+    unless the caller asks. ``dropout=False`` zeroes every dropout probability. Refused with
+    `ModelError`: a local path that does not exist (`resolve_reference`), a folder without
+    tokenizer files or whose tokenizer cannot be the model's (`check_tokenizer`), weights the
+    backbone uses that its checkpoint lacks (`check_loading`), and pickled weights unless
+    ``allow_pickle_weights`` (`weights_kwargs`).
     """
     from transformers import AutoModel, AutoTokenizer
 
-    from anchorviz.models.zoo import ZOO, resolve_model
+    from anchorviz.models.zoo import ZOO
 
-    path = str(resolve_model(name_or_path))
-    # weights only through safetensors: a folder with pickled weights alone is refused
-    kwargs = {"trust_remote_code": trust_remote_code, "use_safetensors": True}
+    path = resolve_reference(name_or_path)
+    if Path(path).is_dir() and not _has_tokenizer_files(Path(path)):
+        raise ModelError(
+            f"model folder {path}: no tokenizer files ({', '.join(TOKENIZER_FILES[:3])} ...): "
+            "save the model's tokenizer into the folder (tokenizer.save_pretrained)")
+    kwargs = {"trust_remote_code": trust_remote_code,
+              **weights_kwargs(path, allow_pickle_weights)}
     if name_or_path in ZOO:
         kwargs.update(ZOO[name_or_path].load_kwargs)
     if dtype is not None:
@@ -279,13 +396,14 @@ def load_backbone(
         with quiet_transformers():
             tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
             backbone, info = AutoModel.from_pretrained(path, output_loading_info=True, **kwargs)
-    except OSError as err:
+    except LOAD_ERRORS as err:
         raise ModelError(
             f"could not load model {name_or_path!r} (resolved to {path!r}): {err}. Use a zoo name "
             "(anchorviz.models.zoo.ZOO), a local folder with config.json and weights, or a hub id "
             "(needs network)"
         ) from err
-    _report_loading(name_or_path, info)
+    check_loading(str(name_or_path), info)
+    check_tokenizer(tokenizer, path, backbone.config)
     if not dropout:
         disable_dropout(backbone)
     return backbone, tokenizer
@@ -299,11 +417,14 @@ def load_reward_model(
     trust_remote_code: bool = False,
     dropout: bool = True,
     lora: dict | None = None,
+    allow_pickle_weights: bool = False,
 ):
     """``(RewardModel, tokenizer)`` for a backbone; ``lora`` (PEFT LoraConfig kwargs) wraps the
-    backbone in adapters while the reward head stays fully trainable (and is saved)."""
+    backbone in adapters while the reward head stays fully trainable (and is saved).
+    ``allow_pickle_weights``: see `load_backbone`."""
     backbone, tokenizer = load_backbone(
-        name_or_path, dtype=dtype, trust_remote_code=trust_remote_code, dropout=dropout
+        name_or_path, dtype=dtype, trust_remote_code=trust_remote_code, dropout=dropout,
+        allow_pickle_weights=allow_pickle_weights,
     )
     if lora:
         backbone = apply_lora(backbone, lora)

@@ -42,7 +42,14 @@ import pandas as pd
 import torch
 from torch import nn
 
-from anchorviz.models.reward_model import ModelError, RewardModel, RewardOutput, is_decoder_config
+from anchorviz.models.reward_model import (
+    LOAD_ERRORS,
+    ModelError,
+    RewardModel,
+    RewardOutput,
+    is_decoder_config,
+    quiet_transformers,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -165,13 +172,11 @@ def _read_json(path: Path) -> dict:
 
 
 def _local_or_hub(name: str) -> str:
-    """A folder, a zoo name (its verified folder) or a hub id, as ``from_pretrained`` takes it."""
-    from anchorviz.models.zoo import resolve_model
+    """A folder, a zoo name (its verified folder) or a hub id, as ``from_pretrained`` takes it;
+    a local path that does not exist fails at once (`resolve_reference`)."""
+    from anchorviz.models.reward_model import resolve_reference
 
-    try:
-        return str(resolve_model(name))
-    except (FileNotFoundError, ValueError) as err:
-        raise ModelError(str(err)) from None
+    return resolve_reference(name)
 
 
 def _resolvable_locally(name: str) -> bool:
@@ -180,27 +185,53 @@ def _resolvable_locally(name: str) -> bool:
     return name in ZOO or Path(name).expanduser().is_dir()
 
 
-def _tokenizer(*candidates: str, trust_remote_code: bool = False):
+def _tokenizer(*candidates: str, config=None, trust_remote_code: bool = False):
+    """The tokenizer of the first candidate (the checkpoint, then its named base) that holds
+    one: a local folder without tokenizer files is skipped (transformers would build an empty
+    default tokenizer for it), and the tokenizer read must fit ``config``'s embedding
+    (`check_tokenizer`). `ModelError` says which candidates were tried and why."""
     from transformers import AutoTokenizer
 
-    last = None
+    from anchorviz.models.reward_model import TOKENIZER_FILES, check_tokenizer
+
+    why = []
     for c in candidates:
+        if Path(c).is_dir() and not any((Path(c) / f).is_file() for f in TOKENIZER_FILES):
+            why.append(f"{c}: no tokenizer files ({', '.join(TOKENIZER_FILES[:3])} ...)")
+            continue
         try:
-            return AutoTokenizer.from_pretrained(c, trust_remote_code=trust_remote_code)
+            tok = AutoTokenizer.from_pretrained(c, trust_remote_code=trust_remote_code)
         except (OSError, ValueError, TypeError) as err:
-            last = err
-    raise ModelError(f"no tokenizer found in {list(candidates)} ({last})")
+            why.append(f"{c}: {err}")
+            continue
+        if config is not None:
+            check_tokenizer(tok, c, config)
+        logger.info("tokenizer read from %s", c)
+        return tok
+    raise ModelError("no tokenizer for the checkpoint: " + "; ".join(why)
+                     + ". Save the tokenizer the model was trained with into its folder")
 
 
-def _seqcls(path: str, trust_remote_code: bool, **kwargs):
+def _seqcls(path: str, trust_remote_code: bool, allow_pickle_weights: bool = False,
+            unused: tuple[str, ...] = (), **kwargs):
+    """The checkpoint as ``AutoModelForSequenceClassification``: every weight it computes with
+    (the pooler and score head included) must come from the checkpoint (`check_loading`), but
+    for the prefixes in ``unused`` (a PEFT adapter's base: the adapter gives the head)."""
     from transformers import AutoModelForSequenceClassification
 
+    from anchorviz.models.reward_model import check_loading, weights_kwargs
+
     try:
-        return AutoModelForSequenceClassification.from_pretrained(
-            path, trust_remote_code=trust_remote_code, dtype=torch.float32, **kwargs)
-    except (OSError, ValueError) as err:
+        with quiet_transformers():
+            model, info = AutoModelForSequenceClassification.from_pretrained(
+                path, trust_remote_code=trust_remote_code, dtype=torch.float32,
+                output_loading_info=True, **weights_kwargs(path, allow_pickle_weights),
+                **kwargs)
+    except LOAD_ERRORS as err:
         raise ModelError(f"could not load {path!r} as a sequence-classification reward model: "
                          f"{err}") from None
+    check_loading(path, info, unused=unused, head=not unused)
+    return model
 
 
 def _head_of(framework: nn.Module) -> tuple[str, nn.Module]:
@@ -236,9 +267,13 @@ def _pad_id(config, tokenizer) -> int | None:
 
 
 def load_checkpoint_model(model: str, reference: str | None = None, *,
-                          trust_remote_code: bool = False) -> LoadedCheckpoint:
+                          trust_remote_code: bool = False,
+                          allow_pickle_weights: bool = False) -> LoadedCheckpoint:
     """Read a reward-model checkpoint (see the module docstring) without checking it yet;
-    `verify_checkpoint` picks and checks the pooling convention."""
+    `verify_checkpoint` picks and checks the pooling convention. Refused (`ModelError`): a
+    checkpoint lacking weights its reward path uses, a tokenizer that is not the checkpoint's
+    or its named base's, pickled weights unless ``allow_pickle_weights``, a local path that
+    does not exist."""
     from transformers import AutoConfig
 
     path = _local_or_hub(model)
@@ -262,9 +297,11 @@ def load_checkpoint_model(model: str, reference: str | None = None, *,
                              "adapter is SEQ_CLS (a score head on a sequence classifier)")
         # as TRL builds it: the base as a one-label sequence classifier, whose score head the
         # adapter replaces (modules_to_save)
-        framework = _seqcls(_local_or_hub(base), trust_remote_code, num_labels=1)
+        framework = _seqcls(_local_or_hub(base), trust_remote_code, allow_pickle_weights,
+                            unused=tuple(f"{h}." for h in HEAD_NAMES), num_labels=1)
         framework = PeftModel.from_pretrained(framework, path).merge_and_unload()
-        tok = _tokenizer(path, _local_or_hub(base), trust_remote_code=trust_remote_code)
+        tok = _tokenizer(path, _local_or_hub(base), config=framework.config,
+                         trust_remote_code=trust_remote_code)
         info.update(kind="peft", base=str(base), adapter=acfg.get("peft_type", "LORA"))
         if getattr(framework.config, "pad_token_id", None) is None:
             framework.config.pad_token_id = _pad_id(framework.config, tok)
@@ -274,15 +311,16 @@ def load_checkpoint_model(model: str, reference: str | None = None, *,
         except (OSError, ValueError) as err:
             raise ModelError(f"could not read the config of {model!r}: {err}") from None
         archs = list(getattr(config, "architectures", None) or [])
-        tok = _tokenizer(path, trust_remote_code=trust_remote_code)
+        tok = _tokenizer(path, config=config, trust_remote_code=trust_remote_code)
         if any(a.endswith("ForSequenceClassification") for a in archs):
-            framework = _seqcls(path, trust_remote_code)
+            framework = _seqcls(path, trust_remote_code, allow_pickle_weights)
             _check_one_label(framework.config, str(model))
             info.update(kind="sequence-classification", architecture=archs[0])
             if getattr(framework.config, "pad_token_id", None) is None:
                 framework.config.pad_token_id = _pad_id(framework.config, tok)
         else:
-            return _value_head_checkpoint(path, config, tok, info, trust_remote_code)
+            return _value_head_checkpoint(path, config, tok, info, trust_remote_code,
+                                          allow_pickle_weights)
     head_name, head = _head_of(framework)
     backbone = _backbone_of(framework)
     decoder = is_decoder_config(framework.config)
@@ -306,12 +344,15 @@ def _state_keys(folder: Path) -> dict[str, Path]:
     return out
 
 
-def _value_head_checkpoint(path: str, config, tok, info: dict, trust_remote_code: bool):
+def _value_head_checkpoint(path: str, config, tok, info: dict, trust_remote_code: bool,
+                           allow_pickle_weights: bool = False):
     """A backbone saved together with a linear value head (``v_head.summary`` as TRL's value-head
     models, ``value_head`` / ``score`` as OpenRLHF's reward models), pooled on the last attended
     token, with OpenRLHF's reward normalisation (``mean`` / ``std``) when the config asks."""
     from safetensors import safe_open
     from transformers import AutoModel
+
+    from anchorviz.models.reward_model import check_loading, weights_kwargs
 
     folder = Path(path)
     if not folder.is_dir():
@@ -339,10 +380,13 @@ def _value_head_checkpoint(path: str, config, tok, info: dict, trust_remote_code
         if head.bias is not None:
             head.bias.copy_(tensor(f"{prefix}.bias").reshape(1))
     try:
-        backbone = AutoModel.from_pretrained(path, trust_remote_code=trust_remote_code,
-                                             dtype=torch.float32)
-    except (OSError, ValueError) as err:
+        with quiet_transformers():
+            backbone, loading = AutoModel.from_pretrained(
+                path, trust_remote_code=trust_remote_code, dtype=torch.float32,
+                output_loading_info=True, **weights_kwargs(path, allow_pickle_weights))
+    except LOAD_ERRORS as err:
         raise ModelError(f"could not load the backbone of {path!r}: {err}") from None
+    check_loading(path, loading)
     norm = None
     if getattr(config, "normalize_reward", False) and "mean" in keys and "std" in keys:
         norm = (float(tensor("mean").reshape(-1)[0]), float(tensor("std").reshape(-1)[0]))
@@ -494,7 +538,8 @@ def _ids_hash(encoded: dict) -> str:
 
 
 def _reference_captures(store, reference: str, pooling: str, encoded: dict, layers, batch_size,
-                        device, trust_remote_code, ckpt_layers: int, hidden: int) -> dict:
+                        device, trust_remote_code, ckpt_layers: int, hidden: int,
+                        allow_pickle_weights: bool = False) -> dict:
     """The base model's captures of the encoded pairs, shared by every checkpoint analysed
     with this base on the same token ids (``shared/analyse-reference-<hash>``)."""
     from anchorviz.analysis.capture import capture_states, load_captured, save_captured
@@ -516,7 +561,8 @@ def _reference_captures(store, reference: str, pooling: str, encoded: dict, laye
                 logger.warning("reference capture %s unreadable (%s): recomputing", name, err)
         torch.manual_seed(0)
         ref, _ = load_reward_model(reference, pooling=pooling, dropout=False,
-                                   trust_remote_code=trust_remote_code)
+                                   trust_remote_code=trust_remote_code,
+                                   allow_pickle_weights=allow_pickle_weights)
         if ref.n_layers != ckpt_layers or ref.hidden_size != hidden:
             raise ModelError(f"the reference {reference!r} has {ref.n_layers} layers of width "
                              f"{ref.hidden_size}, the checkpoint {ckpt_layers} of width {hidden}: "
@@ -570,7 +616,8 @@ def analyse(model: str, reference: str, source: Any, targets: list | tuple = (),
             name: str | None = None, pairs: int = 500, max_length: int = 256,
             batch_size: int = 16, device: str = "cpu", seed: int = 0, layers: str = "all",
             projection: str = "auto", projection_fit_rows: int = 1500, n_boot: int = 1000,
-            use_chat_template: bool = False, trust_remote_code: bool = False) -> AnalyseResult:
+            use_chat_template: bool = False, trust_remote_code: bool = False,
+            allow_pickle_weights: bool = False) -> AnalyseResult:
     """Analyse the reward model ``model`` (folder, hub id or PEFT adapter folder) against its
     base ``reference`` on ``source`` and ``targets`` (labelled) and ``unlabelled`` targets
     (pairs whose order is not a preference: only drift, and the label-free estimate).
@@ -599,7 +646,8 @@ def analyse(model: str, reference: str, source: Any, targets: list | tuple = (),
     unl_splits = [f"target_test:{target_name(t)}" for t in unlabelled]
     lab_splits = [s for s in data if s not in unl_splits]
 
-    ckpt = load_checkpoint_model(model, reference, trust_remote_code=trust_remote_code)
+    ckpt = load_checkpoint_model(model, reference, trust_remote_code=trust_remote_code,
+                                 allow_pickle_weights=allow_pickle_weights)
     tok = ckpt.tokenizer
     encoded = {s: encode_pairs(tok, df, max_length=max_length,
                                use_chat_template=use_chat_template) for s, df in data.items()}
@@ -655,7 +703,8 @@ def analyse(model: str, reference: str, source: Any, targets: list | tuple = (),
                 tmp / "scores_unlabelled.parquet")
         ref_caps = _reference_captures(store, reference, ckpt.model.pooling, encoded,
                                        capture_layers, batch_size, device, trust_remote_code,
-                                       ckpt.model.n_layers, ckpt.model.hidden_size)
+                                       ckpt.model.n_layers, ckpt.model.hidden_size,
+                                       allow_pickle_weights)
         drift_blocks(caps, ref_caps, data).to_parquet(tmp / "drift.parquet")
         if projection != "none":
             _projection(ref_caps, caps, data, projection, projection_fit_rows).to_parquet(
