@@ -151,6 +151,28 @@ def cmd_report(args) -> int:
     return EXIT_OK
 
 
+def cmd_verify(args) -> int:
+    """Hash every file of a run folder, or of every run of a sweep folder, against its
+    manifest (reading a finished run checks sizes and mtimes only); list each run that is not
+    finished and intact. Exit 3 when there is one."""
+    from anchorviz.pipeline.store import MANIFEST, scan_runs, verify_run_dir
+
+    path = Path(args.dir)
+    if (path / MANIFEST).is_file():
+        ok, why = verify_run_dir(path, full=True)
+        finished, bad = ([path.name], {}) if ok else ([], {path.name: why})
+    elif (path / "runs").is_dir():
+        finished, bad = scan_runs(path / "runs", full=True)
+    else:
+        print(f"error: {path} is neither a run folder ({MANIFEST} inside) nor a sweep folder "
+              "(runs/ inside)", file=sys.stderr)
+        return EXIT_CONFIG
+    for run_id, why in sorted(bad.items()):
+        print(f"BAD {run_id}: {why}", file=sys.stderr)
+    print(f"{len(finished)} run(s) intact (every file hashed), {len(bad)} not")
+    return EXIT_DATA if bad else EXIT_OK
+
+
 def cmd_analyse(args) -> int:
     """Analyse a reward model trained elsewhere against its base (`anchorviz.pipeline.analyse`)."""
     from anchorviz.pipeline.analyse import analyse, summary_lines
@@ -388,6 +410,13 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--dpi", type=int, default=300, help="PNG resolution with --figures "
                                                          "(default 300)")
     rp.set_defaults(func=cmd_report)
+
+    vf = sub.add_parser("verify", help="hash every file of a run or sweep folder against its "
+                                       "manifest; list each bad run (exit 3 if any)",
+                        epilog="example:\n  anchorviz verify runs/demo",
+                        formatter_class=argparse.RawDescriptionHelpFormatter)
+    vf.add_argument("dir", metavar="RUN_OR_SWEEP_DIR")
+    vf.set_defaults(func=cmd_verify)
 
     an = sub.add_parser(
         "analyse", aliases=["analyze"],

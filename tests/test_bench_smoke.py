@@ -23,6 +23,7 @@ sys.path.insert(0, str(BENCH))
 import bench_capture  # noqa: E402
 import bench_demo  # noqa: E402
 import bench_jobs  # noqa: E402
+import bench_rehash  # noqa: E402
 import bench_step  # noqa: E402
 import bench_trl  # noqa: E402
 import bench_widgets  # noqa: E402
@@ -120,6 +121,18 @@ def test_bench_widgets(tmp_path):
     assert len(res["ms"]["umap"]) == 5
     args = bench_widgets.build_parser().parse_args([])
     assert "UMAP panel" in bench_widgets.markdown(res, args, "fake", "cmd", _facts(), 1.0)
+
+
+def test_bench_rehash(tmp_path):
+    args = bench_rehash.build_parser().parse_args(
+        ["--quick", "--no-write", "--tmp", str(tmp_path)])
+    args.seeds, args.ckpt_mb, args.rounds = 1, 0.05, 1
+    res = bench_rehash.measure(args, log=lambda m: None)
+    assert res["same"] and res["n_runs"] == 10
+    assert res["hashed"]["table cheap"] == 0 < res["hashed"]["table full"]
+    assert res["hashed"]["resume cheap"] < res["hashed"]["resume full"]
+    assert len(res["times"]["resume cheap"]) == 1
+    assert "speed-up" in bench_rehash.markdown(res, args, "cmd", _facts(), 1.0)
 
 
 def test_bench_demo_runner(tmp_path):

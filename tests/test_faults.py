@@ -29,12 +29,12 @@ from tiny_project import tiny_config
 
 import anchorviz.training.loop as train_mod
 from anchorviz.cli import EXIT_OK, EXIT_TRAIN, main
-from anchorviz.config import load_sweep, with_overrides
+from anchorviz.config import expand_sweep, load_sweep, with_overrides
 from anchorviz.pipeline.keys import run_id_for, student_key
-from anchorviz.pipeline.prepare import _DATA_CACHE
+from anchorviz.pipeline.prepare import _DATA_CACHE, data_config, prepare_data
 from anchorviz.pipeline.results import results_table
-from anchorviz.pipeline.steps import _PROJECTORS
-from anchorviz.pipeline.store import MANIFEST, RunStore
+from anchorviz.pipeline.steps import _PROJECTORS, RunResult, run_student
+from anchorviz.pipeline.store import MANIFEST, RunStore, StoreError
 from anchorviz.pipeline.sweep import run, sweep
 from anchorviz.training.loop import train_reward_model
 from anchorviz.training.losses import NonFiniteLossError
@@ -284,6 +284,44 @@ def test_corrupted_files_in_several_runs_are_redone_not_read(
     compare_tables(table, ref_table)
     assert_store_complete(out, set(ref_table["run_id"]))
     assert json.loads((ref_capture / "DONE.json").read_text())["hash"]  # recomputed
+
+
+def test_a_teacher_file_changed_with_its_mtime_restored_is_caught_before_a_student_reads_it(
+        project: tuple[Path, Path], reference: tuple[Path, pd.DataFrame], tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    _, sweep_yaml = project
+    ref_dir, ref_table = reference
+    out = tmp_path / "copy"
+    shutil.copytree(ref_dir, out)  # copy2 keeps mtimes: the copy reads as cheaply
+    by_kind = {r.split("-")[0]: r for r in ref_table["run_id"]}
+    runs = out / "runs"
+    labels = runs / by_kind["teacher"] / "labels.parquet"
+    st = labels.stat()
+    flip_byte(labels)  # same size, one bit differs, and the mtime put back
+    os.utime(labels, ns=(st.st_atime_ns, st.st_mtime_ns))
+    shutil.rmtree(runs / by_kind["naive"])  # a student still to train on those labels
+    store = RunStore(out)
+    cfg = next(c for c in expand_sweep(load_sweep(sweep_yaml)) if c.method.name == "naive")
+    teacher = RunResult(by_kind["teacher"], runs / by_kind["teacher"], "teacher", {},
+                        computed=False)
+    with pytest.raises(StoreError, match=r"teacher run .* changed since it was written \(file "
+                                         r"labels.parquet does not match its sha256"):
+        run_student(store, cfg, prepare_data(data_config(cfg)), teacher=teacher)
+    assert store.manifest(by_kind["naive"])["status"] == "failed"
+
+    trained: list[str] = []
+    real = train_reward_model
+
+    def counting(*a, **k):
+        trained.append(k.get("desc"))
+        return real(*a, **k)
+
+    monkeypatch.setattr("anchorviz.pipeline.steps.train_reward_model", counting)
+    # the next sweep hashes what students read from the teacher: it redoes the teacher
+    table = sweep(load_sweep(sweep_yaml), out)
+    assert sorted(trained) == sorted(["teacher", by_kind["naive"]])
+    compare_tables(table, ref_table)
+    assert_store_complete(out, set(ref_table["run_id"]))
 
 
 # --------------------------------------------------------------------------- NaN guard

@@ -315,3 +315,172 @@ def test_run_and_shared_keys_with_path_traversal_are_rejected(tmp_path: Path) ->
             with pytest.raises(ValueError, match="is not allowed"):
                 call(bad)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["sweep"]
+
+
+# --------------------------------------------------------------------------- cheap reads, full hashes
+
+
+def write_old_run(store: RunStore, run_id: str = "naive-abc", h: str = "h1",
+                  files: dict[str, bytes] | None = None) -> Path:
+    """A run whose files were written a while before the commit (as a trained run's are), so
+    none is "racy": the manifest records the size and mtime of each."""
+    tmp = store.begin(run_id)
+    old = time.time_ns() - 60 * 10**9
+    for rel, data in (files or FILES).items():
+        (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp / rel).write_bytes(data)
+        os.utime(tmp / rel, ns=(old, old))
+    return store.commit(tmp, run_id, h)
+
+
+def tamper_keeping_size_and_mtime(p: Path) -> None:
+    st = p.stat()
+    data = bytearray(p.read_bytes())
+    data[len(data) // 2] ^= 0x80
+    p.write_bytes(bytes(data))
+    os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert p.stat().st_size == st.st_size and p.stat().st_mtime_ns == st.st_mtime_ns
+
+
+@pytest.fixture
+def count_hashes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Every path the store hashes (its one hash function, counted)."""
+    import anchorviz.pipeline.store as store_mod
+
+    seen: list[str] = []
+
+    def counting(path, *a, **k):
+        seen.append(str(path))
+        return file_sha256(path, *a, **k)
+
+    monkeypatch.setattr(store_mod, "file_sha256", counting)
+    return seen
+
+
+def test_the_manifest_records_size_and_mtime_next_to_each_sha256(tmp_path: Path) -> None:
+    store = RunStore(tmp_path)
+    d = write_old_run(store)
+    man = json.loads((d / MANIFEST).read_text())
+    assert set(man["file_stats"]) == set(man["files"]) == set(FILES)
+    for rel in FILES:
+        st = (d / rel).stat()
+        assert man["file_stats"][rel] == {"size": st.st_size, "mtime_ns": st.st_mtime_ns}
+
+
+def test_a_racy_file_gets_no_stats_and_is_always_hashed(tmp_path: Path) -> None:
+    # a file whose mtime is not before the commit's clock tick could change again unseen
+    store = RunStore(tmp_path)
+    tmp = store.begin("naive-abc")
+    old, future = time.time_ns() - 60 * 10**9, time.time_ns() + 3600 * 10**9
+    for rel, data in FILES.items():
+        (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp / rel).write_bytes(data)
+        os.utime(tmp / rel, ns=(old, future if rel == "metrics.json" else old))
+    d = store.commit(tmp, "naive-abc", "h1")
+    assert set(store.manifest("naive-abc")["file_stats"]) == set(FILES) - {"metrics.json"}
+    tamper_keeping_size_and_mtime(d / "metrics.json")
+    assert store.verify(d) == (False, "file metrics.json does not match its sha256 "
+                                      "(corrupted or truncated)")
+
+
+def test_reading_finished_runs_checks_sizes_and_mtimes_only(tmp_path: Path,
+                                                           count_hashes: list[str]) -> None:
+    store = RunStore(tmp_path)
+    for i in range(3):
+        write_old_run(store, f"naive-{i}")
+    count_hashes.clear()
+    assert store.finished_runs() == ["naive-0", "naive-1", "naive-2"]
+    assert all(store.is_finished(f"naive-{i}", "h1") for i in range(3))
+    assert count_hashes == []
+    # a changed size or a missing file is still refused without hashing
+    (tmp_path / "runs" / "naive-0" / "scores.parquet").write_bytes(b"PAR1")
+    (tmp_path / "runs" / "naive-1" / "metrics.json").unlink()
+    finished, problems = store.scan()
+    assert finished == ["naive-2"] and count_hashes == []
+    assert "scores.parquet does not match its sha256 (size 4 bytes" in problems["naive-0"]
+    assert problems["naive-1"] == "file metrics.json is missing"
+    # a file rewritten with its size kept has a new mtime: hashed, and refused
+    d = tmp_path / "runs" / "naive-2"
+    (d / "config.yaml").write_bytes(b"seed: 1\n")
+    assert not store.is_finished("naive-2") and count_hashes == [str(d / "config.yaml")]
+    # touched only (a copy without its mtimes): hashed, and still the file written
+    (d / "config.yaml").write_bytes(FILES["config.yaml"])
+    assert store.is_finished("naive-2")
+    # full: every file hashed
+    count_hashes.clear()
+    assert store.verify(d, full=True)[0] and len(count_hashes) == len(FILES)
+
+
+def test_results_table_does_not_hash(tmp_path: Path, count_hashes: list[str]) -> None:
+    sys.path.insert(0, str(Path(__file__).parent))
+    from fake_sweep import write_fake_sweep
+
+    from anchorviz.pipeline.results import results_table
+
+    staging = write_fake_sweep(tmp_path / "staging", seeds=(0,), lambdas=(1.0,), layers=("last",))
+    store = RunStore(tmp_path / "sweep")
+    for src in sorted((staging / "runs").iterdir()):
+        man = json.loads((src / MANIFEST).read_text())
+        files = {str(p.relative_to(src)): p.read_bytes() for p in src.rglob("*")
+                 if p.is_file() and p.name != MANIFEST}
+        files["checkpoint/trainable.safetensors"] = os.urandom(4096)
+        write_old_run(store, src.name, man["config_hash"], files)
+    count_hashes.clear()
+    table = results_table(tmp_path / "sweep")
+    assert len(table) == len(list((staging / "runs").iterdir())) and not table.attrs["unreadable"]
+    assert count_hashes == []
+
+
+def test_older_manifests_without_stats_are_hashed_in_full(tmp_path: Path,
+                                                         count_hashes: list[str]) -> None:
+    store = RunStore(tmp_path)
+    d = write_old_run(store)
+    man = json.loads((d / MANIFEST).read_text())
+    del man["file_stats"]
+    (d / MANIFEST).write_text(json.dumps(man))
+    count_hashes.clear()
+    assert store.is_finished("naive-abc", "h1") and len(count_hashes) == len(FILES)
+    assert "file_stats" not in json.loads((d / MANIFEST).read_text())  # reading never writes
+    tamper_keeping_size_and_mtime(d / "scores.parquet")
+    assert not store.is_finished("naive-abc", "h1")
+
+
+def test_a_checkpoint_changed_in_place_with_its_mtime_restored_is_refused_when_loaded(
+        tmp_path: Path) -> None:
+    from anchorviz.models.reward_model import CHECKPOINT_FILE, ModelError
+    from anchorviz.pipeline.store import load_run_model
+
+    store = RunStore(tmp_path)
+    d = write_old_run(store, files={**FILES, "config.yaml": b"kind: student\nmodel: none\n",
+                                    CHECKPOINT_FILE: os.urandom(64 * 1024)})
+    tamper_keeping_size_and_mtime(d / CHECKPOINT_FILE)
+    # reading the run (results table, resume) does not see it: same size, same mtime ...
+    assert store.is_finished("naive-abc", "h1")
+    # ... loading its contents does, before a byte of the checkpoint is used
+    with pytest.raises(ModelError, match=r"not a finished, intact run \(file "
+                                         r"checkpoint/trainable.safetensors does not match"):
+        load_run_model(d)
+    assert not store.verify(d, full=True)[0]
+    assert not store.verify(d, hash_files=[CHECKPOINT_FILE])[0]
+    assert store.verify(d, hash_files=["nothing.bin"]) == (
+        False, "file nothing.bin is not in the manifest")
+
+
+def test_cli_verify_hashes_everything_and_names_each_bad_run(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from anchorviz.cli import EXIT_CONFIG, EXIT_DATA, EXIT_OK, main
+
+    store = RunStore(tmp_path)
+    good = write_old_run(store, "naive-good")
+    bad = write_old_run(store, "anchor-bad")
+    tamper_keeping_size_and_mtime(bad / "hidden/student/source_test.safetensors")
+    assert store.finished_runs() == ["anchor-bad", "naive-good"]  # the cheap read misses it
+    assert main(["verify", str(tmp_path)]) == EXIT_DATA
+    out, err = capsys.readouterr()
+    assert ("BAD anchor-bad: file hidden/student/source_test.safetensors does not match its "
+            "sha256") in err and "naive-good" not in err
+    assert "1 run(s) intact (every file hashed), 1 not" in out
+    assert main(["verify", str(good)]) == EXIT_OK
+    assert main(["verify", str(bad)]) == EXIT_DATA
+    assert "BAD anchor-bad" in capsys.readouterr().err
+    assert main(["verify", str(tmp_path / "runs")]) == EXIT_CONFIG  # neither a run nor a sweep

@@ -20,6 +20,7 @@ import json
 import logging
 import time
 import traceback
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -51,6 +52,7 @@ from anchorviz.training.loop import Objective, score_pairs, train_reward_model
 logger = logging.getLogger(__name__)
 
 __all__ = [
+    "TEACHER_OUTPUTS",
     "RunResult",
     "anchor_reference",
     "ensure_reference_capture",
@@ -122,6 +124,10 @@ def evaluate_model(model, tok, data, cfg: RunConfig, capture: bool):
 
 
 _PROJECTORS: dict[str, Any] = {}
+
+#: the teacher files its students read (labels, validation labels, scores): hashed in full
+#: whenever a finished teacher is used, so changed contents are redone, never trained on
+TEACHER_OUTPUTS = ("labels.parquet", "val_labels.parquet", "scores.parquet")
 
 
 def reference_capture_stored(store, cfg: RunConfig) -> bool:
@@ -289,13 +295,18 @@ def _run_log(path: Path):
         handler.close()
 
 
-def run_guarded(store, run_id: str, key: dict, body) -> RunResult:
-    """Run ``body(tmp_dir) -> (kind, metrics)`` unless finished; commit atomically or mark failed."""
+def run_guarded(store, run_id: str, key: dict, body,
+                hash_files: Collection[str] = ()) -> RunResult:
+    """Run ``body(tmp_dir) -> (kind, metrics)`` unless finished; commit atomically or mark failed.
+
+    A finished run is checked cheaply (sizes and mtimes, `anchorviz.pipeline.store.verify_run_dir`)
+    except ``hash_files``, hashed in full: the files later steps will read from it, so a run
+    whose such file changed in place is redone rather than read."""
     from anchorviz.pipeline.store import config_hash
 
     h = config_hash(key)
     with store.lock(run_id):
-        if store.is_finished(run_id, h):
+        if store.is_finished(run_id, h, hash_files=hash_files):
             metrics = json.loads((store.run_dir(run_id) / "metrics.json").read_text())
             return RunResult(run_id, store.run_dir(run_id), key["kind"], metrics, computed=False)
         tmp = store.begin(run_id)
@@ -373,7 +384,23 @@ def ensure_teacher(store, cfg: RunConfig, data) -> RunResult:
                 "acc_val": acc_val,
                 "seconds": time.perf_counter() - t0}
 
-    return run_guarded(store, run_id, key, _tracked(body, cfg, store, run_id, key))
+    # what the students of this config will read from the teacher (SEAM: its checkpoint too)
+    from anchorviz.models.reward_model import CHECKPOINT_FILE
+
+    used = TEACHER_OUTPUTS + ((CHECKPOINT_FILE,) if cfg.method.name == "seam" else ())
+    return run_guarded(store, run_id, key, _tracked(body, cfg, store, run_id, key),
+                       hash_files=used)
+
+
+def _require_intact(run: RunResult, files: Collection[str]) -> None:
+    """Hash ``files`` of a finished run against its manifest before they are read; raises
+    `StoreError` naming the file when one changed (the next run of the sweep redoes it)."""
+    from anchorviz.pipeline.store import StoreError, verify_run_dir
+
+    ok, why = verify_run_dir(run.run_dir, hash_files=files)
+    if not ok:
+        raise StoreError(f"{run.kind} run {run.run_id} changed since it was written ({why}): "
+                         "run the same command again to redo it")
 
 
 def soft_labels(margin: np.ndarray, method: MethodConfig) -> np.ndarray:
@@ -399,11 +426,12 @@ def _seam_labels(store, cfg: RunConfig, data, teacher: RunResult, q: np.ndarray,
     writes principle trees; the trained weak teacher annotates the informative nodes."""
     from safetensors.torch import load_file
 
-    from anchorviz.models.reward_model import load_trainable_state
+    from anchorviz.models.reward_model import CHECKPOINT_FILE, load_trainable_state
     from anchorviz.pipeline.store import config_hash
     from anchorviz.training.seam import refine_labels, reward_score_fn
 
-    state = load_file(str(teacher.run_dir / "checkpoint" / "trainable.safetensors"))
+    _require_intact(teacher, (CHECKPOINT_FILE,))
+    state = load_file(str(teacher.run_dir / CHECKPOINT_FILE))
     if not any(k.startswith("backbone.") for k in state):
         raise RuntimeError(f"teacher run {teacher.run_id} saved only its head; SEAM needs the "
                            "trained teacher: delete that run directory and rerun")
@@ -457,6 +485,8 @@ def run_student(store, cfg: RunConfig, data, kind: str = "student",
         train = _encode(tok, data["w2s_train"], cfg)
         val = _encode(tok, data["val"], cfg)
         info: dict[str, Any] = {"kind": kind, "model": cfg.models.student}
+        # the teacher's scores (and, for a student, its labels) are read below
+        _require_intact(teacher, ("scores.parquet",) if kind == "ceiling" else TEACHER_OUTPUTS)
         if kind == "ceiling":
             q, val_q, method = np.ones(len(train)), np.ones(len(val)), "ceiling"
             objective = Objective()

@@ -1,12 +1,28 @@
 """The run store: content-hashed, atomically written run directories under one sweep folder.
 
 A run is written into a temporary folder beside its final place and renamed into place only
-when complete, with a ``MANIFEST.json`` holding the config hash and the sha256 of every file.
-A run counts as finished only when its manifest says so AND every file still matches its hash:
-a truncated or corrupted file (or a half-written folder left by a killed process) makes the run
-"not finished", so it is redone, never read. A per-run file lock keeps two processes (two sweeps
-sharing one store) from writing the same run at once; the second waits and then finds it done.
-Layout: see docs/ARCHITECTURE.md.
+when complete, with a ``MANIFEST.json`` holding the config hash, the sha256 of every file
+(``files``) and each file's size and modification time (``file_stats``: ``{"size",
+"mtime_ns"}``). A run counts as finished only when its manifest says so AND every file is still
+the one written: a truncated or corrupted file (or a half-written folder left by a killed
+process) makes the run "not finished", so it is redone, never read. A per-run file lock keeps two
+processes (two sweeps sharing one store) from writing the same run at once; the second waits and
+then finds it done. Layout: see docs/ARCHITECTURE.md.
+
+Two levels of checking (`verify_run_dir`):
+
+* cheap (reading a finished run: the results table, ``is_finished`` on resume): every file
+  exists and has its recorded size; a file whose mtime differs from the recorded one (touched,
+  rewritten, or copied without ``cp -p`` / ``rsync -t``) is hashed and must still match its
+  sha256. Files without a recorded size / mtime are always hashed: those of manifests written
+  before ``file_stats`` existed (no record is added to an old manifest: reading never writes
+  into a finished run), and "racy" files whose mtime fell in the same file-system clock tick as
+  the commit (a change within that tick could leave the mtime unchanged).
+* full (``full=True``, or the files named in ``hash_files``): every named file is hashed. A
+  file's contents are hashed before they are USED: `load_run_model` hashes the checkpoint and
+  ``config.yaml``; a student hashes the teacher files it reads (`anchorviz.pipeline.steps`);
+  ``anchorviz verify DIR`` hashes every file of a run or sweep. So a file changed in place with
+  its size kept and its mtime put back passes the cheap check but is refused before it is used.
 """
 
 from __future__ import annotations
@@ -19,7 +35,7 @@ import re
 import shutil
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -38,6 +54,7 @@ __all__ = [
     "config_hash",
     "load_run_model",
     "safe_name",
+    "scan_runs",
     "verify_run_dir",
     "write_json",
 ]
@@ -115,20 +132,25 @@ class RunStore:
             return None
         return man if isinstance(man, dict) else None
 
-    def verify(self, run_dir: Path) -> tuple[bool, str]:
-        """``(ok, why)``: the manifest says finished and every file matches its sha256."""
-        return verify_run_dir(run_dir)
+    def verify(self, run_dir: Path, *, full: bool = False,
+               hash_files: Collection[str] = ()) -> tuple[bool, str]:
+        """``(ok, why)``: the manifest says finished and every file is the one written
+        (`verify_run_dir`: cheap unless ``full`` or named in ``hash_files``)."""
+        return verify_run_dir(run_dir, full=full, hash_files=hash_files)
 
-    def is_finished(self, run_id: str, config_hash_: str | None = None) -> bool:
+    def is_finished(self, run_id: str, config_hash_: str | None = None, *, full: bool = False,
+                    hash_files: Collection[str] = ()) -> bool:
         """True when the run exists, is complete and uncorrupted (and has this config hash).
 
+        Cheap by default (sizes and mtimes, `verify_run_dir`); ``hash_files`` names the files
+        whose contents the caller is about to use, hashed in full; ``full`` hashes every file.
         A finished run under the same id with a DIFFERENT config hash is an error, never
         overwritten silently.
         """
         d = self.run_dir(run_id)
         if not d.exists():
             return False
-        ok, why = self.verify(d)
+        ok, why = self.verify(d, full=full, hash_files=hash_files)
         if not ok:
             logger.warning("run %s is not usable (%s): it will be redone", run_id, why)
             return False
@@ -153,13 +175,21 @@ class RunStore:
         return tmp
 
     def commit(self, tmp: Path, run_id: str, config_hash_: str, extra: dict | None = None) -> Path:
-        """Hash every file, write the manifest, and rename ``tmp`` into place atomically."""
-        files = {
-            str(p.relative_to(tmp)): file_sha256(p)
-            for p in sorted(tmp.rglob("*")) if p.is_file() and p.name != MANIFEST
-        }
+        """Hash every file, write the manifest (sha256, size and mtime of each file), and
+        rename ``tmp`` into place atomically."""
+        paths = [p for p in sorted(tmp.rglob("*")) if p.is_file() and p.name != MANIFEST]
+        files = {str(p.relative_to(tmp)): file_sha256(p) for p in paths}
+        stats = {str(p.relative_to(tmp)): _file_stat(p.stat()) for p in paths}
+        # a file modified in the file-system clock tick of this commit could change again
+        # without its mtime changing: it gets no stats, so every check hashes it ("racy git")
+        probe = tmp / f".mtime-probe-{os.getpid()}"
+        probe.touch()
+        tick = probe.stat().st_mtime_ns
+        probe.unlink()
+        stats = {rel: st for rel, st in stats.items() if st["mtime_ns"] < tick}
         write_json(tmp / MANIFEST, {"status": "finished", "run_id": run_id,
                                     "config_hash": config_hash_, "files": files,
+                                    "file_stats": stats,
                                     "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
                                     **(extra or {})})
         _fsync_dir(tmp)
@@ -188,28 +218,11 @@ class RunStore:
     def finished_runs(self) -> list[str]:
         return self.scan()[0]
 
-    def scan(self) -> tuple[list[str], dict[str, str]]:
+    def scan(self, *, full: bool = False) -> tuple[list[str], dict[str, str]]:
         """``(finished run ids, {run id: why it is not usable})`` over every run folder
-        (temporaries skipped): what a results table can read, and what it cannot."""
-        finished, problems = [], {}
-        for d in sorted((self.root / "runs").iterdir()):
-            if d.name.startswith("."):
-                continue
-            if not d.is_dir():
-                problems[d.name] = "not a folder"
-                continue
-            ok, why = self.verify(d)
-            if ok:
-                finished.append(d.name)
-                continue
-            if why == "status 'failed'":  # say why it failed (the first line of its error)
-                try:
-                    error = str(json.loads((d / MANIFEST).read_text()).get("error") or "").strip()
-                except (OSError, ValueError, AttributeError):
-                    error = ""
-                why += f": {error.splitlines()[0]}" if error else ""
-            problems[d.name] = why
-        return finished, problems
+        (temporaries skipped): what a results table can read, and what it cannot. Cheap
+        (sizes and mtimes) unless ``full`` (`scan_runs`)."""
+        return scan_runs(self.root / "runs", full=full)
 
     def clean_temporaries(self) -> int:
         """Delete temporary folders left by killed processes (not held by a live writer)."""
@@ -225,9 +238,20 @@ class RunStore:
         return n
 
 
-def verify_run_dir(run_dir: str | Path) -> tuple[bool, str]:
+def _file_stat(st: os.stat_result) -> dict[str, int]:
+    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns}
+
+
+def verify_run_dir(run_dir: str | Path, *, full: bool = False,
+                   hash_files: Collection[str] = ()) -> tuple[bool, str]:
     """``(ok, why)`` for one run folder: its manifest says finished and every file it lists is
-    inside the folder and matches its sha256."""
+    inside the folder and is the file written.
+
+    Cheap by default: each file exists with its recorded size, and is hashed only when its
+    mtime differs from the recorded one or nothing is recorded (an older manifest, a "racy"
+    file; module docstring). ``full`` hashes every file against its sha256; ``hash_files``
+    (paths relative to the run folder, as in the manifest) hashes those, which must be listed
+    in the manifest: use it for the files whose contents the caller is about to use."""
     run_dir = Path(run_dir)
     try:
         man = json.loads((run_dir / MANIFEST).read_text())
@@ -237,15 +261,57 @@ def verify_run_dir(run_dir: str | Path) -> tuple[bool, str]:
         return False, "manifest is not a JSON object with a 'files' mapping"
     if man.get("status") != "finished":
         return False, f"status {man.get('status')!r}"
-    for rel, digest in man.get("files", {}).items():
+    files: dict = man.get("files", {})
+    stats = man.get("file_stats") or {}
+    if not isinstance(stats, dict):
+        return False, "manifest's 'file_stats' is not a mapping"
+    unlisted = sorted(set(hash_files) - set(files))
+    if unlisted:
+        return False, f"file {unlisted[0]} is not in the manifest"
+    for rel, digest in files.items():
         if Path(rel).is_absolute() or ".." in Path(rel).parts:
             return False, f"manifest lists {rel!r}, outside the run folder"
         p = run_dir / rel
         if not p.is_file():
             return False, f"file {rel} is missing"
-        if file_sha256(p) != digest:
+        recorded = stats.get(rel)
+        must_hash = full or rel in hash_files or not (
+            isinstance(recorded, dict) and isinstance(recorded.get("size"), int)
+            and isinstance(recorded.get("mtime_ns"), int))
+        if not must_hash:
+            now = _file_stat(p.stat())
+            if now["size"] != recorded["size"]:
+                return False, (f"file {rel} does not match its sha256 (size {now['size']} bytes, "
+                               f"{recorded['size']} when written: truncated or overwritten)")
+            must_hash = now["mtime_ns"] != recorded["mtime_ns"]
+        if must_hash and file_sha256(p) != digest:
             return False, f"file {rel} does not match its sha256 (corrupted or truncated)"
     return True, "finished"
+
+
+def scan_runs(runs_dir: str | Path, *, full: bool = False) -> tuple[list[str], dict[str, str]]:
+    """``(finished run ids, {run id: why it is not usable})`` over every run folder in
+    ``runs_dir`` (temporaries skipped; failed runs with the first line of their error), each
+    checked by `verify_run_dir` (cheap unless ``full``). Reads only: creates nothing."""
+    finished, problems = [], {}
+    for d in sorted(Path(runs_dir).iterdir()):
+        if d.name.startswith("."):
+            continue
+        if not d.is_dir():
+            problems[d.name] = "not a folder"
+            continue
+        ok, why = verify_run_dir(d, full=full)
+        if ok:
+            finished.append(d.name)
+            continue
+        if why == "status 'failed'":  # say why it failed (the first line of its error)
+            try:
+                error = str(json.loads((d / MANIFEST).read_text()).get("error") or "").strip()
+            except (OSError, ValueError, AttributeError):
+                error = ""
+            why += f": {error.splitlines()[0]}" if error else ""
+        problems[d.name] = why
+    return finished, problems
 
 
 def _fsync_dir(path: Path) -> None:
@@ -261,9 +327,11 @@ def load_run_model(run_dir, *, device: str = "cpu", trust_remote_code: bool = Fa
     folder, rebuilt from its ``config.yaml`` (base model, pooling, dtype, LoRA) and its
     checkpoint, in eval mode on ``device``. Its rewards are the run's stored scores.
 
-    ``verify`` first checks the run folder against its manifest (finished, every file matching
-    its sha256). Raises `ModelError` for an unfinished or damaged run, a base model that is
-    not the one trained, or a checkpoint that does not hold the trained parameters."""
+    ``verify`` first checks the run folder against its manifest (finished, every file where it
+    was written, and the checkpoint and ``config.yaml`` hashed in full against their sha256:
+    these are what is loaded). Raises `ModelError` for an unfinished or damaged run, a base
+    model that is not the one trained, or a checkpoint that does not hold the trained
+    parameters."""
     import torch
 
     from anchorviz.models.reward_model import (
@@ -275,7 +343,7 @@ def load_run_model(run_dir, *, device: str = "cpu", trust_remote_code: bool = Fa
 
     run_dir = Path(run_dir)
     if verify:
-        ok, why = verify_run_dir(run_dir)
+        ok, why = verify_run_dir(run_dir, hash_files=("config.yaml", CHECKPOINT_FILE))
         if not ok:
             raise ModelError(f"{run_dir} is not a finished, intact run ({why})")
     key = read_yaml(run_dir / "config.yaml")
