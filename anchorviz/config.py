@@ -35,6 +35,7 @@ __all__ = [
     "ModelsConfig",
     "RunConfig",
     "SweepConfig",
+    "model_shape",
     "TUNED_TRAIN",
     "check_dataset_entry",
     "config_from_dict",
@@ -134,7 +135,7 @@ class DataConfig:
     w2s_train: int = 500
     val: int = 150
     source_test: int = 300
-    target_test: int = 300
+    target_test: int | str = 300  # pairs per target test, or "all" (every usable pair)
     max_length: int = 48
     split_seed: int = 0
     # True: run seed k uses split seed split_seed + k, so seeds vary the data split (which pairs
@@ -275,8 +276,11 @@ class RunConfig:
             raise ConfigError(f"seed must be an integer >= 0, got {self.seed!r}")
         if d.group_key not in ("auto", "prompt", "none"):
             raise ConfigError(f"data.group_key must be auto|prompt|none, got {d.group_key!r}")
+        if isinstance(d.target_test, str) and d.target_test != "all":
+            raise ConfigError("data.target_test must be a number of pairs >= 1 or 'all', got "
+                              f"{d.target_test!r}")
         for k in ("teacher_train", "w2s_train", "val", "source_test", "target_test"):
-            if getattr(d, k) < 1:
+            if getattr(d, k) != "all" and getattr(d, k) < 1:
                 raise ConfigError(f"data.{k} must be >= 1 pairs, got {getattr(d, k)!r}")
         if not d.targets:
             raise ConfigError("data.targets must list at least one target dataset")
@@ -331,6 +335,7 @@ class RunConfig:
             raise ConfigError(f"method.aux_coef must be in [0, 1], got {m.aux_coef!r}")
         if not (isinstance(m.aux_warmup_frac, (int, float)) and 0 <= m.aux_warmup_frac <= 1):
             raise ConfigError(f"method.aux_warmup_frac must be in [0, 1], got {m.aux_warmup_frac!r}")
+        self._check_against_models()
         check_dataset_entry(d.source, "data.source")
         if not isinstance(d.targets, list):
             raise ConfigError(f"data.targets must be a list of datasets, got {d.targets!r}")
@@ -347,6 +352,70 @@ class RunConfig:
                     f"data.targets: {t!r} and {names[short]!r} are the same target (both named "
                     f"{short!r}); give one a short name of its own: {{path: ..., name: ...}}")
             names[short] = t
+
+
+    def _check_against_models(self) -> None:
+        """Layer indices (``method.anchor_layers`` and ``capture.layers``: the student's) and
+        ``data.max_length`` (both models') against the models' sizes where they are known
+        without loading anything (`model_shape`); otherwise the check happens when the model
+        loads, as logged here."""
+        from anchorviz.training.losses import parse_layer_spec
+
+        shapes = {k: model_shape(getattr(self.models, k)) for k in ("teacher", "student")}
+        student = shapes["student"]
+        for field_, spec in (("method.anchor_layers", self.method.anchor_layers),
+                             ("capture.layers", self.capture.layers)):
+            layers = parse_layer_spec(spec)
+            if isinstance(layers, str):
+                continue
+            if student.get("n_layers") is None:
+                logger.info("%s %r: the layer count of models.student %r is not known before it "
+                            "loads; checked then", field_, spec, self.models.student)
+                continue
+            n = student["n_layers"]
+            for layer in layers:
+                if layer > n:
+                    raise ConfigError(
+                        f"{field_} {spec!r}: layer {layer} is outside the student "
+                        f"{self.models.student!r}, whose hidden states are 0 (embeddings) .. "
+                        f"{n} (the last of its {n} blocks)")
+        for k, shape in shapes.items():
+            most = shape.get("max_positions")
+            if isinstance(most, int) and self.data.max_length > most:
+                raise ConfigError(
+                    f"data.max_length {self.data.max_length} is more than models.{k} "
+                    f"{getattr(self.models, k)!r} reads: {most} positions "
+                    "(max_position_embeddings); set data.max_length <= " + str(most))
+
+
+def model_shape(name: str) -> dict[str, int | None]:
+    """``{"n_layers", "max_positions"}`` of a model, from what is known without loading it:
+    the zoo catalogue's layer count, and the ``config.json`` of a local folder or of a zoo
+    model's prepared folder (``num_hidden_layers`` / ``n_layer``, ``max_position_embeddings`` /
+    ``n_positions``). Unknown values are None (a hub id not downloaded)."""
+    import json
+
+    from anchorviz.models.zoo import ZOO, model_dir
+
+    out: dict[str, int | None] = {"n_layers": None, "max_positions": None}
+    if name in ZOO:
+        out["n_layers"] = ZOO[name].n_layers
+        folder = model_dir(name)
+    else:
+        folder = Path(name).expanduser()
+    cfg_file = folder / "config.json"
+    if cfg_file.is_file():
+        try:
+            cfg = json.loads(cfg_file.read_text())
+        except (OSError, ValueError):
+            return out  # the loader names the broken file
+        if isinstance(cfg, dict):
+            for key, names in (("n_layers", ("num_hidden_layers", "n_layer")),
+                               ("max_positions", ("max_position_embeddings", "n_positions"))):
+                v = next((cfg[n] for n in names if isinstance(cfg.get(n), int)), None)
+                if v is not None:
+                    out[key] = v
+    return out
 
 
 _HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*")
@@ -547,6 +616,34 @@ def _type_ok(value: Any, tp: Any) -> bool:
     return True
 
 
+def _coerce_number(v: Any, tp: Any) -> Any:
+    """One coercion for every numeric setting, from a YAML file or ``--set`` alike: YAML 1.1
+    reads ``2e-2`` (no dot) as a string and ``1e3`` may come as a float. A float field (also
+    ``float | None``) takes a numeric string and an int as a float; an int field takes an
+    integral float or numeric string (``1e3`` -> 1000). Anything else is returned unchanged,
+    for `_type_ok` to refuse (``1.5`` for an int field)."""
+    args = set(typing.get_args(tp)) if typing.get_origin(tp) in (typing.Union, types.UnionType) \
+        else {tp}
+    if v is None or isinstance(v, bool) or not ({int, float} & args):
+        return v
+    if isinstance(v, str):
+        try:
+            num = float(v.strip())
+        except ValueError:
+            return v
+        if not math.isfinite(num):
+            return v
+    elif isinstance(v, (int, float)):
+        num = v
+    else:
+        return v
+    if float in args:
+        return float(num)
+    if isinstance(num, int):
+        return num
+    return int(num) if float(num).is_integer() else v
+
+
 def _from_dict(cls, data: Any, where: str, default: Any = None):
     """``cls`` from a mapping of settings; a key left out keeps its value in ``default`` (the
     enclosing config's default for this section: ``teacher_train: {epochs: 3}`` keeps
@@ -567,14 +664,10 @@ def _from_dict(cls, data: Any, where: str, default: Any = None):
         if dataclasses.is_dataclass(tp):
             kwargs[k] = _from_dict(tp, v, f"{where}.{k}", getattr(defaults, k))
             continue
-        if tp is float and isinstance(v, str):
-            try:  # YAML reads 1e-4 as a string
-                v = float(v)
-            except ValueError:
-                pass
+        v = _coerce_number(v, tp)
         if not _type_ok(v, tp):
             raise ConfigError(f"{where}.{k}: expected {getattr(tp, '__name__', tp)}, got {v!r}")
-        kwargs[k] = float(v) if tp is float else v
+        kwargs[k] = v
     return dataclasses.replace(defaults, **kwargs) if default is not None else cls(**kwargs)
 
 

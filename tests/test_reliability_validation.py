@@ -146,3 +146,93 @@ def test_an_artefact_the_data_cannot_carry_is_a_config_error_naming_field_split_
                                                    "data.artifact_strength": 1.0})
     with pytest.raises(ConfigError, match=r"data\.artifact_strength 1\.0 on split \w+ of .*src\.jsonl"):
         prepare_data(data_config(cfg))
+
+
+# --------------------------------------------------------------------------- settings that
+# need the model or the data: checked at validation / loading, before anything trains
+
+
+@pytest.mark.parametrize("key, value, match", [
+    ("method.anchor_layers", "7", r"method\.anchor_layers '7': layer 7 is outside the student"),
+    ("method.anchor_layers", "0,99", r"method\.anchor_layers '0,99': layer 99 .* 0 \(embeddings\) "
+                                     r"\.\. 2"),
+    ("capture.layers", "9", r"capture\.layers '9': layer 9 is outside the student"),
+])
+def test_layer_indices_beyond_the_model_fail_in_validation(tmp_path, key, value, match):
+    with pytest.raises(ConfigError, match=match) as err:
+        tiny_config(tmp_path, **{key: value})
+    assert "anchor layer" not in str(err.value) or key.startswith("method")
+
+
+def test_layer_indices_inside_the_model_pass(tmp_path):
+    cfg = tiny_config(tmp_path, **{"method.anchor_layers": "0,2", "capture.layers": "1,2"})
+    assert cfg.method.anchor_layers == "0,2"
+
+
+def test_max_length_beyond_the_models_positions_fails_in_validation(tmp_path):
+    with pytest.raises(ConfigError, match=r"data\.max_length 100000 .* 128 positions"):
+        tiny_config(tmp_path, **{"data.max_length": 100000})
+
+
+@pytest.mark.parametrize("text", ["head_lr: 2e-2\n", "head_lr: '2e-2'\n", "head_lr: 0.02\n"])
+def test_numbers_in_exponent_form_are_numbers_everywhere(tmp_path, text):
+    path = tmp_path / "c.yaml"
+    path.write_text("student_train:\n  " + text.replace("\n", "\n  ").rstrip() + "\nseed: 1e3\n"
+                    "data:\n  max_length: 4.8e1\n")
+    cfg = load_config(path)
+    assert cfg.student_train.head_lr == pytest.approx(0.02)
+    assert cfg.seed == 1000 and type(cfg.seed) is int
+    assert cfg.data.max_length == 48 and type(cfg.data.max_length) is int
+    from anchorviz.config import RunConfig, apply_sets
+
+    cfg = apply_sets(RunConfig(), ["teacher_train.head_lr=2e-2", "seed=1e3",
+                                   "teacher_train.batch_size=8.0"])
+    assert cfg.teacher_train.head_lr == pytest.approx(0.02) and cfg.seed == 1000
+    assert type(cfg.teacher_train.batch_size) is int
+
+
+@pytest.mark.parametrize("key, value", [("seed", 1.5), ("seed", "1.5e0"), ("data.val", "ten")])
+def test_non_integral_values_of_int_fields_are_refused(key, value):
+    from anchorviz.config import RunConfig, apply_sets
+
+    with pytest.raises(ConfigError, match=key.split(".")[-1] + r".*expected int"):
+        apply_sets(RunConfig(), [f"{key}={value}"])
+
+
+def test_a_target_test_larger_than_the_target_is_refused_naming_field_and_count(tmp_path):
+    from anchorviz.data.schema import DataError
+    from anchorviz.pipeline.prepare import data_config, prepare_data
+
+    cfg = tiny_config(tmp_path, **{"data.target_test": 500})
+    with pytest.raises((DataError, ConfigError),
+                       match=r"data\.target_test 500.*tgt.* \d+ usable pairs"):
+        prepare_data(data_config(cfg))
+    cfg = tiny_config(tmp_path, **{"data.target_test": "all"})
+    data = prepare_data(data_config(cfg))
+    assert 0 < len(data["target_test:tgt"]) <= 40
+
+
+def test_a_json_array_line_is_named_as_not_an_object(tmp_path):
+    from anchorviz.data import load_pairs
+    from anchorviz.data.schema import DataError
+
+    path = tmp_path / "rows.jsonl"
+    path.write_text('["a", "b", "c"]\n["d", "e", "f"]\n')
+    with pytest.raises(DataError, match=r"rows\.jsonl line 1 is not a JSON object .*array"):
+        load_pairs(str(path))
+    path.write_text('{"prompt": "p", "chosen": "good", "rejected": "bad"}\n[1, 2]\n')
+    df, report = load_pairs(str(path))
+    assert len(df) == 1 and "line 2 is not a JSON object" in str(report.to_dict())
+
+
+def test_a_response_empty_after_tokenisation_is_dropped_and_counted(tmp_path):
+    from anchorviz.data import load_pairs
+
+    path = tmp_path / "zw.jsonl"
+    rows = [{"prompt": "p", "chosen": "good", "rejected": "\u200b"},
+            {"prompt": "q", "chosen": " \u200b\u200d\n", "rejected": "bad"},
+            {"prompt": "r", "chosen": "great", "rejected": "awful"}]
+    path.write_text("".join(__import__("json").dumps(r) + "\n" for r in rows))
+    df, report = load_pairs(str(path))
+    assert list(df["chosen"]) == ["great"]
+    assert report.dropped.get("empty_response") == 2

@@ -34,6 +34,7 @@ from anchorviz.data.schema import (
     DataError,
     DropReport,
     describe_value,
+    is_blank,
 )
 
 logger = logging.getLogger(__name__)
@@ -168,8 +169,9 @@ def _req_str(row: Mapping[str, Any], col: str, *, empty_ok: bool = False) -> str
         raise _RowProblem(MISSING_FIELD, col, "is missing", "a string")
     if not isinstance(v, str):
         raise _RowProblem(NOT_A_STRING, col, f"is a {describe_value(v)}", "a string")
-    if not empty_ok and not v.strip():
-        raise _RowProblem(EMPTY_RESPONSE, col, "is empty", "a non-empty string")
+    if not empty_ok and is_blank(v):
+        raise _RowProblem(EMPTY_RESPONSE, col, "is empty (or only whitespace / invisible "
+                          "characters, no token after tokenisation)", "a non-empty string")
     return v
 
 
@@ -235,7 +237,7 @@ def _final_reply(msgs: list[dict[str, str]], col: str) -> str:
             "a conversation whose last message is the assistant reply",
         )
     reply = msgs[-1]["content"]
-    if not reply.strip():
+    if is_blank(reply):
         raise _RowProblem(EMPTY_RESPONSE, col, "ends with an empty assistant reply",
                           "a non-empty assistant reply")
     return reply
@@ -268,7 +270,7 @@ def _convert_hh(row: Mapping[str, Any], cols: _Cols, opts: Mapping[str, Any]) ->
             'two HH transcripts "\\n\\nHuman: ...\\n\\nAssistant: ..." sharing all but the last reply',
         ) from None
     for col, reply in ((cols["chosen"], chosen), (cols["rejected"], rejected)):
-        if not reply:
+        if is_blank(reply):
             raise _RowProblem(EMPTY_RESPONSE, col, "has an empty final assistant reply",
                               "a non-empty reply after the shared prefix")
     return {"prompt": prompt, "chosen": chosen, "rejected": rejected,

@@ -105,9 +105,21 @@ def _parse_jsonl(text: str, path: Path) -> list[Any]:
         if not line.strip():
             continue
         try:
-            out.append(json.loads(line))
+            obj = json.loads(line)
         except json.JSONDecodeError as err:
             out.append(BadRecord(f"{path.name} line {lineno} is not valid JSON: {err.msg}"))
+            continue
+        if isinstance(obj, dict):
+            out.append(obj)
+        else:
+            kind = {list: "an array", str: "a string", bool: "a boolean"}.get(
+                type(obj), "a number" if isinstance(obj, (int, float)) else "null")
+            out.append(BadRecord(f"{path.name} line {lineno} is not a JSON object (it is "
+                                 f"{kind}, {line.strip()[:40]!r}); each line of a JSON lines "
+                                 "file must be one object such as {\"prompt\": ..., "
+                                 "\"chosen\": ..., \"rejected\": ...}"))
+    if out and not any(isinstance(r, dict) for r in out):
+        raise DataError(f"{path}: no line is a JSON object: {out[0].message}")
     return out
 
 

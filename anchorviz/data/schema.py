@@ -33,6 +33,7 @@ __all__ = [
     "DataError",
     "DropReport",
     "dedupe_pairs",
+    "is_blank",
     "validate_pairs",
 ]
 
@@ -159,6 +160,16 @@ def _is_turn_list(v: Any) -> bool:
     )
 
 
+def is_blank(text: str) -> bool:
+    """True when ``text`` holds nothing a tokenizer keeps: only whitespace and invisible
+    format / control characters (a lone zero-width space U+200B, a BOM, U+200D ...), which
+    BERT-style tokenizers drop, leaving a response of no tokens."""
+    import unicodedata
+
+    return all(ch.isspace() or unicodedata.category(ch) in ("Cf", "Cc", "Zs", "Zl", "Zp")
+               for ch in text)
+
+
 def validate_pairs(df: pd.DataFrame, source: str) -> pd.DataFrame:
     """Check a table against the pair schema; returns it with :data:`PAIR_COLUMNS` first.
 
@@ -188,8 +199,8 @@ def validate_pairs(df: pd.DataFrame, source: str) -> pd.DataFrame:
     chosen, rejected = df["chosen"].tolist(), df["rejected"].tolist()
     for col, vals in (("chosen", chosen), ("rejected", rejected)):
         for i, v in enumerate(vals):
-            if not isinstance(v, str) or not v.strip():
-                raise bad(i, col, "a non-empty str", v)
+            if not isinstance(v, str) or is_blank(v):
+                raise bad(i, col, "a non-empty str", v)  # is_blank: no visible character
     for i, (c, r) in enumerate(zip(chosen, rejected)):
         if c == r:
             raise bad(i, "rejected", "different from chosen", r)

@@ -207,6 +207,9 @@ def protocol_splits(
             logger.warning("target %s has only %d usable pairs (asked %d): using all of them",
                            name, len(tdf), size)
             size = len(tdf)
+        if isinstance(size, int) and size > len(tdf):
+            raise DataError(f"target {name!r} has only {len(tdf)} usable pairs (asked {size}; "
+                            f"{n_drop} more left out as they overlap the source's splits)")
         if len(tdf) == 0:
             raise DataError(f"target {name!r}: no pairs left after removing the {n_drop} that "
                             "occur in the source's training / validation splits (is the target "

@@ -123,9 +123,18 @@ def _build_data(cfg: DataConfig) -> dict[str, pd.DataFrame]:
     sizes = {"teacher_train": cfg.teacher_train, "w2s_train": cfg.w2s_train, "val": cfg.val,
              "source_test": cfg.source_test}
     dropped: dict[str, int] = {}
-    splits = protocol_splits(src, targets, sizes, cfg.target_test, seed=cfg.split_seed,
-                             group_key=_group_key(src, cfg.group_key), dropped=dropped,
-                             clip_targets=True)
+    from anchorviz.data.schema import DataError
+
+    try:
+        splits = protocol_splits(src, targets, sizes,
+                                 None if cfg.target_test == "all" else cfg.target_test,
+                                 seed=cfg.split_seed, group_key=_group_key(src, cfg.group_key),
+                                 dropped=dropped)
+    except DataError as err:
+        if "usable pairs" not in str(err):
+            raise
+        raise ConfigError(f"data.target_test {cfg.target_test}: {err}. Lower data.target_test, "
+                          "or set it to 'all' to test on every usable pair") from None
     for name, n in dropped.items():
         splits[f"target_test:{name}"].attrs["protocol_dropped"] = n
     if cfg.artifact_kind != "none" and cfg.artifact_strength > 0:
