@@ -40,6 +40,7 @@ _HOMES = {
     "anchorviz.viz.drift": ["drift_by_layer_figure", "drift_vs_ood_figure",
                             "lambda_sweep_figure"],
     "anchorviz.viz.projection": ["umap_figure"],
+    "anchorviz.viz.verdict": ["verdict_figure"],
     "anchorviz.viz.training": ["UNINFORMATIVE_BELOW", "label_confidence_figure",
                                "loss_curve_figure"],
     "anchorviz.viz.export": ["export_figure"],
