@@ -79,13 +79,13 @@ def install_hooks(log: EventLog, kill: str | None, reverse: bool) -> None:
 
     real_guarded = steps_mod.run_guarded
 
-    def guarded(store, run_id, key, body):
+    def guarded(store, run_id, key, body, **kw):
         def logged_body(tmp):
             state["run"] = run_id
             log.write("start", run_id)
             return body(tmp)
 
-        res = real_guarded(store, run_id, key, logged_body)
+        res = real_guarded(store, run_id, key, logged_body, **kw)
         if res.computed:
             log.write("done", run_id)
         return res
