@@ -6,7 +6,8 @@ echo-marked source pairs, 77.5% on clean ones, OOD 73.8), but not by the weak te
 weak-to-strong pipeline never gets to test anchoring against it. This script trains the same
 model on the same gold labels with the ANCHOR term added (lambda > 0 on the given layers; lambda
 0 is the ceiling itself) and reports accuracy on echo-marked and clean source-test pairs and on
-the targets. It does not write a run store: it is a one-off probe of the mechanism.
+the targets. Each model is kept in a run store (``--store``,
+`anchorviz.pipeline.fit.fit_and_score`): a rerun reads it instead of training it again.
 
     python experiments/gold_anchor.py --seeds 0 --lambdas 0 1 10 --doc docs/results_gold_anchor.md
 """
@@ -23,10 +24,10 @@ import pandas as pd
 import torch
 
 from anchorviz.analysis.metrics import per_pair_correct
+from anchorviz.pipeline.fit import fit_and_score
 from anchorviz.pipeline.prepare import data_config, prepare_data
-from anchorviz.pipeline.steps import _encode, _load, _seeded, anchor_reference
-from anchorviz.training.loop import Objective, score_pairs, train_reward_model
-from anchorviz.training.losses import resolve_anchor_layers
+from anchorviz.pipeline.store import RunStore
+from anchorviz.training.loop import Objective
 
 logger = logging.getLogger("gold_anchor")
 
@@ -43,28 +44,18 @@ def echo_config(seed: int):
                                    "seed": seed})
 
 
-def run_one(seed: int, lam: float, layers: str) -> dict:
+def run_one(seed: int, lam: float, layers: str, store: RunStore) -> dict:
     cfg = echo_config(seed)
     data = prepare_data(data_config(cfg))
-    model, tok = _load(cfg, "student")
-    train = _encode(tok, data["w2s_train"], cfg)
-    ids = resolve_anchor_layers(layers, model.n_layers) if lam > 0 else []
-    objective = Objective(anchor_lambda=lam if ids else 0.0, anchor_layers=ids,
-                          anchor_normalise="pair")
-    reference = anchor_reference(model, objective, train, cfg)[0] if objective.anchored else None
-    try:
-        train_reward_model(model, train, np.ones(len(train)), _seeded(cfg.student_train, cfg),
-                           objective=objective, reference=reference, desc=f"gold λ={lam:g}")
-    finally:
-        if reference is not None:
-            reference.close()
+    train = data["w2s_train"]
+    scored = {k: v for k, v in data.items() if k not in ("teacher_train", "w2s_train")}
+    fit = fit_and_score(store, cfg, "student", train, np.ones(len(train)), scored,
+                        objective=Objective(anchor_lambda=lam, anchor_normalise="pair"),
+                        anchor_layers=layers, desc=f"gold λ={lam:g}")
     row = {"seed": seed, "lambda": lam, "layers": layers if lam > 0 else "-"}
     ood = []
-    for split, df in data.items():
-        if split in ("teacher_train", "w2s_train"):
-            continue
-        rc, rr = score_pairs(model, _encode(tok, df, cfg))
-        correct = per_pair_correct(rc, rr)
+    for split, df in scored.items():
+        correct = per_pair_correct(*fit.rewards(split))
         if split == "source_test":
             marked = np.array([(m or {}).get("artifact_side") is not None for m in df["meta"]])
             row["ID"] = 100 * correct.mean()
@@ -86,10 +77,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--lambdas", nargs="+", type=float, default=[0.0, 1.0, 10.0])
     ap.add_argument("--layers", default="last")
     ap.add_argument("--doc", default=None, help="markdown file to write (rows are appended)")
+    ap.add_argument("--store", default="runs/gold_anchor",
+                    help="run store of the fits (a rerun reads the finished ones)")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     torch.set_num_threads(1)
-    rows = [run_one(s, lam, args.layers) for s in args.seeds for lam in args.lambdas]
+    store = RunStore(args.store)
+    rows = [run_one(s, lam, args.layers, store) for s in args.seeds for lam in args.lambdas]
     df = pd.DataFrame(rows)
     cols = ["seed", "lambda", "layers", "val (src)", "ID", "ID marked", "ID clean", "amazon",
             "nyt", "tweets", "OOD"]

@@ -22,13 +22,12 @@ import math
 import os
 import socket
 from collections.abc import Sequence
-from dataclasses import asdict
 from pathlib import Path
 
 from anchorviz.cli import build_parser
 from anchorviz.config import SweepConfig, expand_sweep, with_overrides
 from anchorviz.pipeline.demo import OVERLAYS, SCENARIOS, demo_sweep
-from anchorviz.pipeline.keys import run_id_for, student_key, teacher_key
+from anchorviz.pipeline.runner import build_graph
 from anchorviz.pipeline.sweep import sweep
 
 Sweeps = SweepConfig | Sequence[SweepConfig]
@@ -131,14 +130,10 @@ def sweep_dir(runs: str | os.PathLike, smoke: bool) -> Path:
 
 def sweep_runs(sw: Sweeps) -> dict[str, str]:
     """``{run id: kind}`` (content hashes; kind teacher / ceiling / student) of every run of a
-    sweep (or of a list of sweeps)."""
-    ids: dict[str, str] = {}
-    for cfg in (c for s in _sweeps(sw) for c in expand_sweep(s)):
-        ids[run_id_for(teacher_key(cfg))] = "teacher"
-        if cfg.ceiling:
-            ids[run_id_for(student_key(cfg, "ceiling"))] = "ceiling"
-        ids[run_id_for(student_key(cfg, "student"))] = "student"
-    return ids
+    sweep (or of a list of sweeps): the nodes of its run graph but the shared reference
+    captures."""
+    nodes = build_graph(c for s in _sweeps(sw) for c in expand_sweep(s))
+    return {n.id: n.kind for n in nodes if n.kind != "reference"}
 
 
 def sweep_run_ids(sw: Sweeps) -> set[str]:
@@ -223,35 +218,11 @@ def ensure_sweep(sw: Sweeps, folder: str | os.PathLike):
     """Run the sweep (finished runs are read, not recomputed) and return the results rows of
     exactly this sweep: a runs folder may also hold other runs (a wider sweep of notebook 03,
     the launcher's runs, runs of an older version whose settings differed). A list of sweeps
-    is trained as one run graph (what ``experiment.sweep`` does for one), so that their runs
-    share the workers, and the folder's ``sweep.yaml`` is that of the first."""
+    is trained as one run graph (`anchorviz.pipeline.sweep.sweep` takes the list), so that
+    their runs share the workers, and the folder's ``sweep.yaml`` is that of the first."""
     sweeps = _sweeps(sw)
-    if len(sweeps) == 1:
-        results = sweep(sweeps[0], folder)
-    else:
-        results = _sweep_together(sweeps, folder)
+    results = sweep(sweeps, folder)
     return results[results["run_id"].isin(sweep_run_ids(sweeps))].reset_index(drop=True)
-
-
-def _sweep_together(sweeps: list[SweepConfig], folder: str | os.PathLike):
-    from anchorviz.pipeline.prepare import data_config, prepare_data
-    from anchorviz.pipeline.results import results_table
-    from anchorviz.pipeline.runner import build_graph, run_graph
-    from anchorviz.pipeline.store import RunStore
-    from anchorviz.paths import write_yaml
-
-    store = RunStore(folder)
-    store.clean_temporaries()
-    first = sweeps[0]
-    write_yaml(Path(folder) / "sweep.yaml", {
-        "base": first.base.to_dict(),
-        "grid": {k: v for k, v in asdict(first).items() if k != "base"}})
-    configs = [c for s in sweeps for c in expand_sweep(s)]
-    for d in {json.dumps(asdict(data_config(c)), sort_keys=True): data_config(c)
-              for c in configs}.values():
-        prepare_data(d)  # every dataset built once here, before the workers start
-    run_graph(build_graph(configs), folder, jobs=None, threads=1, progress=True)
-    return results_table(folder)
 
 
 def hub_reachable(host: str = "huggingface.co", timeout: float = 3.0) -> bool:

@@ -115,6 +115,26 @@ def test_gold_anchor_scenario_is_the_echo_tables():
     assert (cfg.student_train.lr, cfg.student_train.epochs) == (1e-4, 4)
 
 
+def test_tune_source_val_tables_the_stored_fits(tmp_path):
+    import tune_source_val
+    from tiny_project import tiny_config
+
+    from anchorviz.pipeline.prepare import data_config, prepare_data
+    from anchorviz.pipeline.store import RunStore
+
+    cfg = tiny_config(tmp_path)
+    data = prepare_data(data_config(cfg))
+    store = RunStore(tmp_path / "store")
+    lines = tune_source_val.tuning_lines(cfg, data, store, ["1e-3:1e-3"], ["1e-3:2e-3:1"])
+    assert len(lines) == 4 and lines[2].startswith("| teacher | 0.001 | 0.001 | 2 |")
+    assert lines[3].startswith("| naive student (teacher (0.001, 0.001, 2)) | 0.001 | 0.002 | 1 |")
+    fits = sorted(p.name for p in (tmp_path / "store" / "runs").iterdir())
+    assert [f.rsplit("-", 1)[0] for f in fits] == ["fit-student", "fit-teacher"]
+    # a rerun reads the two fits: the same table, no new run
+    assert tune_source_val.tuning_lines(cfg, data, store, ["1e-3:1e-3"], ["1e-3:2e-3:1"]) == lines
+    assert sorted(p.name for p in (tmp_path / "store" / "runs").iterdir()) == fits
+
+
 def test_cue_reliance_scores_a_marker_reading_teacher_on_its_own_form():
     import cue_reliance
 

@@ -92,6 +92,25 @@ def test_results_do_not_depend_on_the_number_of_workers(tmp_path):
     assert len(logs) == 1 + 1 + 3
 
 
+def test_a_list_of_sweeps_runs_as_one_graph(tmp_path):
+    """Sweeps given together share their common runs (one teacher here) and the folder's
+    sweep.yaml is the first's; an empty list is refused."""
+    from anchorviz.paths import read_yaml
+
+    base = tiny_config(tmp_path)
+    base.ceiling = False
+    naive = SweepConfig(base=base, methods=["naive"], seeds=[0])
+    anchor = SweepConfig(base=base, methods=["anchor"], anchor_lambdas=[1.0],
+                         anchor_layers=["last"], seeds=[0])
+    res = sweep([naive, anchor], tmp_path / "out", jobs=1, progress=False)
+    want = {n.id for n in build_graph([*expand_sweep(naive), *expand_sweep(anchor)])
+            if n.kind != "reference"}
+    assert set(res["run_id"]) == want and len(want) == 3  # one teacher, two students
+    assert read_yaml(tmp_path / "out" / "sweep.yaml")["grid"]["methods"] == ["naive"]
+    with pytest.raises(ValueError, match="no sweep given"):
+        sweep([], tmp_path / "empty")
+
+
 def test_pgr_comes_from_the_stored_scores_of_teacher_student_and_ceiling(tmp_path):
     from anchorviz.pipeline.results import pgr_from_runs
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 
@@ -56,8 +57,8 @@ def run(cfg: RunConfig, out_dir: str | Path = "runs/default", jobs: int | None =
             for r in out]
 
 
-def sweep(sw: SweepConfig, out_dir: str | Path, jobs: int | None = None, threads: int = 1,
-          progress: bool = True, backend: str = "local",
+def sweep(sw: SweepConfig | Sequence[SweepConfig], out_dir: str | Path, jobs: int | None = None,
+          threads: int = 1, progress: bool = True, backend: str = "local",
           address: str | None = None) -> pd.DataFrame:
     """Run every config of a sweep (sharing teachers, ceilings, reference captures); resumes.
 
@@ -65,17 +66,26 @@ def sweep(sw: SweepConfig, out_dir: str | Path, jobs: int | None = None, threads
     processes (None: ``$ANCHORVIZ_JOBS`` or the number of cores), each running torch on
     ``threads`` threads; the run ids and metrics do not depend on ``jobs``. ``backend="ray"``
     runs each node as a Ray task instead (on the cluster at ``address``, else a running or new
-    local Ray instance); ``out_dir`` must then be on a filesystem every worker sees."""
+    local Ray instance); ``out_dir`` must then be on a filesystem every worker sees.
+
+    A list of sweeps (e.g. one per teacher visibility) runs as one run graph, so that their
+    runs share the workers and their common runs are made once; ``out_dir/sweep.yaml`` is then
+    that of the first."""
     from anchorviz.paths import write_yaml
     from anchorviz.pipeline.runner import build_graph, check_backend, run_graph
     from anchorviz.pipeline.store import RunStore
 
+    sweeps = [sw] if isinstance(sw, SweepConfig) else list(sw)
+    if not sweeps:
+        raise ValueError("sweep: no sweep given (an empty list)")
     check_backend(out_dir, backend, address)
     store = RunStore(out_dir)
     store.clean_temporaries()
+    first = sweeps[0]
     write_yaml(Path(out_dir) / "sweep.yaml", {
-        "base": sw.base.to_dict(), "grid": {k: v for k, v in asdict(sw).items() if k != "base"}})
-    configs = expand_sweep(sw)
+        "base": first.base.to_dict(),
+        "grid": {k: v for k, v in asdict(first).items() if k != "base"}})
+    configs = [c for s in sweeps for c in expand_sweep(s)]
     for d in {json.dumps(asdict(data_config(c)), sort_keys=True): data_config(c)
               for c in configs}.values():
         prepare_data(d)  # load / build every dataset once here, before the workers start
