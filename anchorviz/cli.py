@@ -76,15 +76,16 @@ def cmd_demo(args) -> int:
     print("\nResults (accuracies and transfer scores in points; OOD = mean over the 3 targets):")
     print(results_text(df))
     print(_verdict(df))
-    report = _write_report(args.out)
+    report = _write_report(args.out, run_ids=own)
     print(f"\nHTML report: {report}")
     return EXIT_OK
 
 
-def _write_report(out: str | Path, path: str | Path | None = None) -> Path:
+def _write_report(out: str | Path, path: str | Path | None = None,
+                  run_ids: set[str] | None = None) -> Path:
     from anchorviz.viz.report import write_report
 
-    return write_report(out, path)
+    return write_report(out, path, run_ids=run_ids)
 
 
 def cmd_run(args) -> int:

@@ -9,7 +9,10 @@ the same content-hashed run ids) in the demo's own folder ``runs/demo``: runs th
 many minutes they cost.
 
 Notebook 03 adds the teacher-visibility knob of the hidden-cue scenario: one demo sweep per
-visibility (:func:`explorer_configs`), each with the run ids of ``anchorviz demo --visibility V``;
+visibility (:func:`explorer_configs`), each with the run ids of ``anchorviz demo --visibility V``,
+in a folder of their own (:func:`explorer_dir`, ``runs/demo-visibility``: the demo's folder then
+holds only the demo's setting, and its report never reads several visibilities as seeds); the
+demo's finished runs are copied in from ``runs/demo`` (:func:`copy_finished_runs`), not retrained;
 :func:`plan`, :func:`describe_plan` and :func:`ensure_sweep` take such a list as well as one
 sweep (the list is trained as one run graph, so its runs share the workers).
 """
@@ -126,6 +129,28 @@ def sweep_dir(runs: str | os.PathLike, smoke: bool) -> Path:
     ``anchorviz demo`` writes by default when ``runs`` is the repository's ``runs/``
     (``<runs>/demo-smoke`` in smoke mode, whose 1-epoch runs are not the demo's)."""
     return Path(runs) / ("demo-smoke" if smoke else "demo")
+
+
+def explorer_dir(runs: str | os.PathLike, smoke: bool) -> Path:
+    """Notebook 03's folder: ``<runs>/demo-visibility`` (``-smoke`` in smoke mode), its own, so
+    that its runs at other teacher visibilities never land in the demo's folder."""
+    return Path(runs) / ("demo-visibility-smoke" if smoke else "demo-visibility")
+
+
+def copy_finished_runs(sw: Sweeps, src: str | os.PathLike, dst: str | os.PathLike) -> int:
+    """Copy the finished runs of ``sw`` that ``src`` holds and ``dst`` lacks (run folders are
+    content-addressed and self-verifying, so a copy is the same run); returns how many."""
+    import shutil
+
+    src, dst = Path(src), Path(dst)
+    n = 0
+    for rid in sorted(sweep_run_ids(sw)):
+        if _finished(src, rid) and not (dst / "runs" / rid).exists():
+            (dst / "runs").mkdir(parents=True, exist_ok=True)
+            shutil.copytree(src / "runs" / rid, dst / "runs" / f".copy-{rid}")
+            os.rename(dst / "runs" / f".copy-{rid}", dst / "runs" / rid)
+            n += 1
+    return n
 
 
 def sweep_runs(sw: Sweeps) -> dict[str, str]:

@@ -1,7 +1,10 @@
 """Across-seed summaries of a sweep's results table, and the two questions the protocol asks.
 
+- ``setting_columns`` / ``split_by_settings``: the config settings that vary among a table's runs
+  of one method (teacher visibility, model, split sizes ...) and the table split by them: every
+  mean over seeds is taken within one setting, never across settings as if they were seeds.
 - ``summarize``: mean, seed std and 95% t-interval half-width per condition
-  (artefact strength x method x lambda x layers) for every metric column.
+  (artefact strength x every varying setting x method x lambda x layers) for every metric column.
 - ``best_on_source_val``: per artefact strength, the ANCHOR setting with the highest mean GOLD
   accuracy on the SOURCE validation split (never a target number).
 - ``failure_mode``: THE failure-mode verdict (results table in, dict out): the naive student's
@@ -13,26 +16,117 @@
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Iterator
+
 import numpy as np
 import pandas as pd
 from scipy import stats
 
 from anchorviz.analysis.metrics import seed_summary
 
+logger = logging.getLogger(__name__)
+
 __all__ = [
     "CONDITION",
+    "METHOD_KEYS",
     "METRICS",
+    "SETTING_COLUMNS",
     "anchor_beats_naive",
     "best_on_source_val",
     "failure_mode",
     "holm",
     "points",
+    "setting_columns",
+    "settings_text",
+    "split_by_settings",
     "summarize",
     "target_columns",
     "verdict_lines",
 ]
 
 CONDITION = ["artifact_strength", "kind", "method", "anchor_lambda", "anchor_layers"]
+#: the grid's method dimensions: the runs of one method group differ only in seed and setting
+METHOD_KEYS = ["kind", "method", "anchor_lambda", "anchor_layers"]
+#: results-table columns that describe a run's config (`anchorviz.pipeline.results`), besides
+#: the ``cfg.<setting>`` columns of mixed base configs; not settings: ``run_id``, ``seed``, the
+#: method keys and every metric
+SETTING_COLUMNS = ("source", "targets", "artifact_kind", "artifact_strength",
+                   "teacher_visibility", "split_per_seed", "model")
+
+
+def _setting_key(col: pd.Series) -> pd.Series:
+    # one comparable value per run (None / NaN / missing are one value, "-")
+    return col.astype(object).where(col.notna(), "-").astype(str)
+
+
+def setting_columns(results: pd.DataFrame, *, ignore: tuple[str, ...] = ()) -> list[str]:
+    """The config settings (`SETTING_COLUMNS` and ``cfg.*`` columns) that vary among the runs
+    of one method group (`METHOD_KEYS`): runs that a mean over seeds must not pool.
+
+    A setting that differs only between methods (the teacher's model is not the student's)
+    is not one: each method's runs share it. ``ignore``: settings the caller handles itself."""
+    cands = [c for c in SETTING_COLUMNS if c in results.columns]
+    cands += sorted(c for c in results.columns if str(c).startswith("cfg."))
+    cands = [c for c in cands if c not in ignore]
+    if results.empty or not cands:
+        return []
+    keys = [k for k in METHOD_KEYS if k in results.columns]
+    out = []
+    for c in cands:
+        vals = _setting_key(results[c])
+        if keys:
+            n = vals.groupby([_setting_key(results[k]) for k in keys]).nunique()
+            varies = bool((n > 1).any())
+        else:
+            varies = vals.nunique() > 1
+        if varies:
+            out.append(c)
+    return out
+
+
+def settings_text(setting: dict) -> str:
+    """``"teacher reads the marker on 50% of marked pairs, model m"``: one setting of
+    `split_by_settings` in words, for a heading or caption."""
+    def one(k: str, v) -> str:
+        if k == "teacher_visibility" and isinstance(v, float):
+            return f"teacher reads the marker on {v:.0%} of marked pairs"
+        name = k.removeprefix('cfg.')
+        return f"{name} {v:g}" if isinstance(v, float) else f"{name} {v}"
+    return ", ".join(one(k, v) for k, v in setting.items())
+
+
+def split_by_settings(results: pd.DataFrame, *, ignore: tuple[str, ...] = ()
+                      ) -> Iterator[tuple[dict, pd.DataFrame]]:
+    """``(setting, rows)`` per combination of the varying settings (`setting_columns`), in
+    sorted order; the whole table with ``{}`` when no setting varies. Aggregate each part."""
+    cols = setting_columns(results, ignore=ignore)
+    if not cols:
+        yield {}, results
+        return
+    keys = [_setting_key(results[c]) for c in cols]
+    parts = []
+    for key, rows in results.groupby(keys, sort=False):
+        key = key if isinstance(key, tuple) else (key,)
+        parts.append(({c: rows[c].iloc[0] if rows[c].notna().iloc[0] else k
+                       for c, k in zip(cols, key)}, rows))
+
+    def order(v) -> tuple:  # numbers by value, then text
+        try:
+            return (0, float(v), "")
+        except (TypeError, ValueError):
+            return (1, 0.0, str(v))
+
+    yield from sorted(parts, key=lambda p: tuple(order(v) for v in p[0].values()))
+
+
+def _refuse_pooling(results: pd.DataFrame, what: str, ignore: tuple[str, ...] = ()) -> None:
+    cols = setting_columns(results, ignore=ignore)
+    if cols:
+        vals = {c: sorted(_setting_key(results[c]).unique()) for c in cols}
+        raise ValueError(f"{what}: the runs differ in {', '.join(f'{c} {vals[c]}' for c in cols)}; "
+                         "a mean over seeds would pool different settings as if they were seeds. "
+                         "Select one setting (split_by_settings) first")
 METRICS = ["acc_val", "acc_id", "acc_id_marked", "acc_id_clean", "acc_id_seen", "acc_id_hidden",
            "acc_ood", "wrg", "aog", "nts", "pgr", "drift_cos_source", "drift_cos_target",
            "drift_cos_centred_source", "drift_cos_centred_target", "drift_cka_source",
@@ -48,13 +142,15 @@ def _metric_cols(results: pd.DataFrame) -> list[str]:
 
 def summarize(results: pd.DataFrame) -> pd.DataFrame:
     """One row per condition with ``<metric>_mean``, ``<metric>_std``, ``<metric>_hw`` and
-    ``n_seeds``. Accuracies stay fractions."""
+    ``n_seeds``. Accuracies stay fractions. A condition is `CONDITION` plus every setting that
+    varies among the runs (`setting_columns`, e.g. ``teacher_visibility``): one column each."""
     if results.empty:
         raise ValueError("results table is empty: no finished runs to summarise")
     cols = _metric_cols(results)
+    by = CONDITION[:1] + setting_columns(results, ignore=tuple(CONDITION)) + CONDITION[1:]
     rows = []
-    for key, g in results.groupby(CONDITION, sort=True, dropna=False):
-        row = dict(zip(CONDITION, key))
+    for key, g in results.groupby(by, sort=True, dropna=False):
+        row = dict(zip(by, key))
         row["n_seeds"] = int(g["seed"].nunique())
         for c in cols:
             v = g[c].dropna().to_numpy(dtype=float)
@@ -71,10 +167,12 @@ def summarize(results: pd.DataFrame) -> pd.DataFrame:
 
 def best_on_source_val(results: pd.DataFrame) -> pd.DataFrame:
     """Per artefact strength, the ANCHOR (lambda, layers) with the best mean gold source-val
-    accuracy across seeds; ties go to the smaller lambda."""
+    accuracy across seeds; ties go to the smaller lambda. Raises ValueError when another setting
+    varies among the runs (`setting_columns`)."""
     if "acc_val" not in results.columns:
         raise ValueError("results table has no acc_val column (gold source-validation accuracy); "
                          "rerun the sweep with this version to record it")
+    _refuse_pooling(results, "best_on_source_val", ignore=("artifact_strength",))
     a = results[results["method"] == "anchor"]
     if a.empty:
         return pd.DataFrame(columns=["artifact_strength", "anchor_lambda", "anchor_layers", "acc_val"])
@@ -216,6 +314,10 @@ def failure_mode(results: pd.DataFrame, strength: float | None = None, *, method
         and not carried over) and ``strict`` (WRG above 0 and AOG below 0). With one seed there
         is no interval: every verdict is False, ``can_conclude`` is False and ``reason`` says
         why; the same for missing columns (listed in ``missing``).
+
+    Raises:
+        ValueError: a setting other than the strength varies among the runs
+            (`setting_columns`): judge each part of `split_by_settings` instead.
     """
     if not 0.0 < confidence < 1.0:
         raise ValueError(f"confidence must be in (0, 1), got {confidence}")
@@ -242,6 +344,7 @@ def failure_mode(results: pd.DataFrame, strength: float | None = None, *, method
         raise ValueError(f"results table holds artifact strengths {_strengths(results)}: pass "
                          "strength= to judge one of them")
     r = _at_strength(results, strength)
+    _refuse_pooling(r, "failure_mode")
     rows = r[r["method"] == method]
     wrg = _per_seed(rows, "wrg")
     w = wrg.to_numpy(dtype=float)
@@ -305,8 +408,9 @@ def anchor_beats_naive(results: pd.DataFrame, strength: float | None, anchor_lam
                        anchor_layers: str) -> dict:
     """NTS(ANCHOR) - NTS(naive), paired over seeds, at one strength (None: every row) and
     ANCHOR setting; ``beyond_spread``: its t-interval lies above 0 and its mean exceeds its
-    seed std."""
+    seed std. Raises ValueError when another setting varies (`setting_columns`)."""
     r = _at_strength(results, strength)
+    _refuse_pooling(r, "anchor_beats_naive")
     anchor = ((r["method"] == "anchor") & (r["anchor_lambda"] == anchor_lambda)
               & (r["anchor_layers"] == anchor_layers))
     return _paired(r, anchor, r["method"] == "naive", "nts", "nts")
@@ -396,11 +500,14 @@ def verdict_lines(results: pd.DataFrame, strength: float | None = None, *, metho
     Per-seed numbers always; with one seed it says that one seed cannot separate them from
     noise and gives no verdict. ``strength`` None: every row, or each strength in turn when the
     table holds several. A table holding several teacher visibilities (``teacher_visibility``)
-    is judged per visibility: runs of different scenarios are never pooled."""
-    if "teacher_visibility" in results and results["teacher_visibility"].nunique() > 1:
+    is judged per visibility, and likewise for every setting that varies among the runs
+    (`split_by_settings`): runs of different settings are never pooled as seeds."""
+    parts = list(split_by_settings(results, ignore=("artifact_strength",)))
+    if len(parts) > 1:
         lines = []
-        for v, part in results.groupby("teacher_visibility", sort=True):
-            lines.append(f"Teacher reads the marker on {v:.0%} of marked pairs:")
+        for setting, part in parts:
+            head = settings_text(setting)
+            lines.append(f"{head[:1].upper()}{head[1:]}:")
             lines += ["  " + x for x in verdict_lines(part, strength, method=method,
                                                        confidence=confidence)]
         return lines

@@ -33,6 +33,7 @@ import plotly.io as pio
 from plotly.colors import sample_colorscale
 
 from anchorviz.analysis.metrics import seed_summary
+from anchorviz.analysis.summary import setting_columns
 
 #: one logger for every figure module (their warnings: missing tables, dropped runs)
 logger = logging.getLogger("anchorviz.viz")
@@ -319,12 +320,22 @@ def _pick_value(values: Sequence[Any], wanted: Any, what: str, default: str) -> 
     raise ValueError(f"{what} {wanted!r} is not in the sweep; choose one of {list(values)}")
 
 
-def select_condition(results: pd.DataFrame, artifact_strength: float | None = None,
-                     source: str | None = None) -> tuple[pd.DataFrame, str]:
-    """The rows of one experimental condition (one source dataset, one artefact strength).
+def _setting_mask(col: pd.Series, value: Any) -> pd.Series:
+    if pd.api.types.is_numeric_dtype(col) and isinstance(value, (int, float)):
+        return pd.Series(np.isclose(col.astype(float), float(value)), index=col.index)
+    return col.astype(str) == str(value)
 
-    Unset, the largest artefact strength (the strongest shortcut) and the first source are
-    chosen; the returned caption names the choice, for figure titles.
+
+def select_condition(results: pd.DataFrame, artifact_strength: float | None = None,
+                     source: str | None = None, settings: dict[str, Any] | None = None
+                     ) -> tuple[pd.DataFrame, str]:
+    """The rows of one experimental condition: one source dataset, one artefact strength and
+    one value of every other setting that varies among the runs (`setting_columns`: teacher
+    visibility, model, split sizes ...), so that a mean over seeds never pools settings.
+
+    Unset, the largest artefact strength (the strongest shortcut), the first source and the
+    first value of every other setting are chosen (``settings``: ``{column: value}`` chooses);
+    the returned caption names each choice, for figure titles.
     """
     if results.empty:
         raise ValueError("the results table has no runs")
@@ -333,11 +344,26 @@ def select_condition(results: pd.DataFrame, artifact_strength: float | None = No
     strength = _pick_value(unique_values(rows["artifact_strength"]), artifact_strength,
                            "artifact_strength", "max")
     rows = rows[np.isclose(rows["artifact_strength"], strength)]
+    wanted = dict(settings or {})
+    chosen = []
+    for col in setting_columns(rows, ignore=("source", "artifact_strength")):
+        col_values = rows[col].astype(object).where(rows[col].notna(), "-")
+        try:
+            values = unique_values(col_values)
+        except TypeError:  # a missing value ("-") among numbers
+            values = sorted(col_values.unique(), key=str)
+        value = _pick_value(values, wanted.pop(col, None), col, "first")
+        rows = rows[_setting_mask(rows[col], value)]
+        chosen.append(f"{col.removeprefix('cfg.')} {value:g}" if isinstance(value, float)
+                      else f"{col.removeprefix('cfg.')} {value}")
+    if wanted:
+        raise ValueError(f"settings {sorted(wanted)} do not vary among these runs (varying: "
+                         f"{setting_columns(results)})")
     parts = [f"source {src}"] if src else []
     kinds = [k for k in rows["artifact_kind"].unique() if k not in ("none", "")]
     if kinds or results["artifact_strength"].nunique() > 1:
         parts.append(f"artefact {'/'.join(kinds) or 'none'} strength {strength:g}")
-    return rows, ", ".join(parts)
+    return rows, ", ".join(parts + chosen)
 
 
 def sweep_targets(results: pd.DataFrame) -> list[str]:
@@ -460,7 +486,17 @@ def metric_summary(results: pd.DataFrame, columns: Sequence[str], confidence: fl
 
     Returns a long table: ``method, anchor_lambda, anchor_layers, label, color, column, mean,
     lo, hi, n, interval`` (values in the stored units: fractions), groups in reading order.
+
+    Raises:
+        ValueError: the runs differ in a setting (`setting_columns`, e.g. the teacher
+            visibility): choose one with :func:`select_condition` first.
     """
+    varying = setting_columns(results)
+    if varying:
+        vals = {c: unique_values(results[c].astype(str)) for c in varying}
+        raise ValueError("these runs differ in " + ", ".join(f"{c} {v}" for c, v in vals.items())
+                         + ": a mean over seeds would pool different settings as if they were "
+                         "seeds; select one (select_condition(..., settings={...}))")
     out = []
     for g in group_table(results).itertuples(index=False):
         rows = results[group_mask(results, g.method, g.anchor_lambda, g.anchor_layers)]

@@ -168,9 +168,12 @@ def smoke_reasons(sweep_dir: str | Path, results: pd.DataFrame | None = None) ->
 
 
 def mixed_configs(results: pd.DataFrame) -> list[str]:
-    """The settings (``cfg.<setting>`` columns of the results table) that differ between runs
-    of one method in this folder; [] when one base config made every run."""
-    return sorted(c[4:] for c in results.columns if c.startswith("cfg."))
+    """The settings other than the artefact strength (results columns such as
+    ``teacher_visibility``, ``model``, ``cfg.<setting>``) that differ between runs of one method
+    in this folder (`anchorviz.analysis.summary.setting_columns`); [] when they share one."""
+    from anchorviz.analysis.summary import setting_columns
+
+    return [c.removeprefix("cfg.") for c in setting_columns(results, ignore=("artifact_strength",))]
 
 
 # --------------------------------------------------------------------------- top of the page
@@ -251,17 +254,29 @@ def _strengths(results: pd.DataFrame) -> list[float | None]:
 
 
 def verdict_blocks(results: pd.DataFrame) -> list[dict[str, Any]]:
-    """Per artefact strength: ``{"strength", "status", "headline", "lines"}`` from
+    """Per setting (`anchorviz.analysis.summary.split_by_settings`: runs of different teacher
+    visibilities, models ... are never pooled) and artefact strength: ``{"setting",
+    "strength", "status", "headline", "lines"}`` from
     `anchorviz.analysis.summary.failure_mode` and `anchorviz.analysis.summary.verdict_lines` (what the CLI
     prints). ``status``: ``"yes"`` (failure mode shown), ``"no"`` or ``"none"`` (no verdict:
     one seed, or missing runs / columns)."""
     from anchorviz.analysis import summary
 
     out = []
+    for setting, part in summary.split_by_settings(results, ignore=("artifact_strength",)):
+        out += _verdict_blocks(part, setting)
+    return out
+
+
+def _verdict_blocks(results: pd.DataFrame, setting: dict) -> list[dict[str, Any]]:
+    from anchorviz.analysis import summary
+
+    out = []
+    where = f" ({summary.settings_text(setting)})" if setting else ""
     for s in _strengths(results):
         fm = summary.failure_mode(results, s)
         lines = summary.verdict_lines(results, s)
-        at = f" at artefact strength {s:g}" if s is not None else ""
+        at = (f" at artefact strength {s:g}" if s is not None else "") + where
         if fm["missing"] or fm["n_seeds"] == 0:
             status, head = "none", f"No failure-mode verdict{at}: {fm['reason']}."
         elif not fm["can_conclude"]:
@@ -273,7 +288,8 @@ def verdict_blocks(results: pd.DataFrame) -> list[dict[str, Any]]:
                                    f"{fm['reason']}.")
         else:
             status, head = "no", f"Failure mode{at}: no. {fm['reason']}."
-        out.append({"strength": s, "status": status, "headline": head, "lines": lines})
+        out.append({"setting": setting, "strength": s, "status": status, "headline": head,
+                    "lines": lines})
     return out
 
 
@@ -310,13 +326,14 @@ def _pick_runs(results: pd.DataFrame) -> list[tuple[str, str]]:
     accuracy (`anchorviz.analysis.summary.best_on_source_val`, never a target number; the largest
     lambda when no validation accuracy is stored)."""
     from anchorviz.analysis.summary import best_on_source_val
+    from anchorviz.viz.common import select_condition
 
     out = []
     students = results[results["kind"] == "student"]
     if students.empty:
         return out
-    if "artifact_strength" in students:
-        students = students[students["artifact_strength"] == students["artifact_strength"].max()]
+    # the figures' condition: largest strength, first value of every other varying setting
+    students, _ = select_condition(students)
     seed = students["seed"].min()
     naive = students[(students["method"] == "naive") & (students["seed"] == seed)]
     if len(naive):
@@ -378,26 +395,31 @@ def _table_html(results: pd.DataFrame) -> str:
     """The results table: one row per run, a reader's method name (lambda and layers only for
     ANCHOR), accuracies in percent and scores in points with 1 decimal, unitless measures with
     3 decimals."""
+    from anchorviz.analysis.summary import setting_columns
     from anchorviz.viz.common import method_label, method_rank
 
-    strengths = _strengths(results)
     rows = results.copy()
     rows["_rank"] = [method_rank(m) for m in rows["method"]]
-    rows = rows.sort_values(["artifact_strength", "seed", "_rank", "anchor_lambda",
-                             "anchor_layers"], kind="stable")
+    # one column per setting that varies among the runs (strength, teacher visibility, model,
+    # cfg.<setting> ...): rows of different settings are told apart, never read as seeds
+    set_cols = setting_columns(results)
+    rows = rows.sort_values([*set_cols, "seed", "_rank", "anchor_lambda", "anchor_layers"],
+                            kind="stable")
     cols = table_columns(results)
-    cfg_cols = [c for c in results.columns if c.startswith("cfg.")]
-    head = (["run", "seed"] + (["strength"] if strengths != [None] else [])
-            + [c.rsplit(".", 1)[-1] for c in cfg_cols] + [h for _, h, _ in cols])
+    names = {"artifact_strength": "strength", "teacher_visibility": "teacher visibility"}
+    head = (["run", "seed"] + [names.get(c, c.rsplit(".", 1)[-1]) for c in set_cols]
+            + [h for _, h, _ in cols])
+
+    def setting_cell(v: Any) -> str:
+        if v is None or (isinstance(v, float) and not np.isfinite(v)):
+            return "–"
+        return f"{v:g}" if isinstance(v, float) else str(v)
+
     body = []
     for rd in rows.to_dict("records"):
         cells = [method_label(rd["method"], rd["anchor_lambda"], rd["anchor_layers"]),
                  str(rd["seed"])]
-        if strengths != [None]:
-            cells.append(f"{float(rd['artifact_strength']):g}")
-        cells += ["–" if rd.get(c) is None or (isinstance(rd.get(c), float)
-                                               and not np.isfinite(rd[c])) else str(rd[c])
-                  for c in cfg_cols]
+        cells += [setting_cell(rd.get(c)) for c in set_cols]
         cells += [_fmt(rd.get(c), how) for c, _, how in cols]
         body.append("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + "</tr>")
     thead = "<tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in head) + "</tr>"
@@ -565,8 +587,12 @@ table.results th{position:sticky;top:0;background:#fff}
 """
 
 
-def write_report(sweep_dir: str | Path, path: str | Path | None = None) -> Path:
+def write_report(sweep_dir: str | Path, path: str | Path | None = None, *,
+                 run_ids: set[str] | None = None) -> Path:
     """Write ``report.html`` (or ``path``) for a sweep folder; returns the path.
+
+    ``run_ids``: only these runs of the folder (``anchorviz demo``: its own runs, not those of
+    another scenario or a notebook in the same folder); None: every finished run.
 
     Order: title, smoke disclaimer (:func:`smoke_reasons`), scenario (:func:`scenario_lines`),
     verdict (:func:`verdict_blocks`), label warning (:func:`label_warning`), results table,
@@ -575,6 +601,11 @@ def write_report(sweep_dir: str | Path, path: str | Path | None = None) -> Path:
 
     sweep_dir = Path(sweep_dir)
     results = load_results(sweep_dir)
+    if run_ids is not None:
+        results = results[results["run_id"].isin(set(run_ids))].reset_index(drop=True)
+        if results.empty:
+            raise ValueError(f"none of the {len(run_ids)} requested runs is finished in "
+                             f"{sweep_dir}")
     path = Path(path) if path else sweep_dir / "report.html"
     esc = html.escape
 
@@ -592,11 +623,12 @@ def write_report(sweep_dir: str | Path, path: str | Path | None = None) -> Path:
                    "seeds.</div>")
     mixed = mixed_configs(results)
     if mixed:
-        top.append("<div class='box warn' id='mixed'><b>Mixed configurations.</b> This folder "
-                   "holds runs of different base configs (they differ in "
-                   + esc(", ".join(mixed)) + "); the table's cfg columns tell them apart, but "
-                   "the verdict and the figures pool runs of one method across them. Give each "
-                   "configuration its own folder for a clean reading.</div>")
+        top.append("<div class='box warn' id='mixed'><b>Mixed settings.</b> This folder "
+                   "holds runs of different settings (they differ in "
+                   + esc(", ".join(mixed)) + "); they are never pooled as seeds: the table has "
+                   "a column for each, the verdict is given per setting, and each figure shows "
+                   "one setting, named in its title. Give each setting its own folder to see "
+                   "them all in figures.</div>")
     top.append("<div class='box scenario' id='scenario'><b>Scenario.</b> "
                + "<br>".join(esc(x) for x in scenario_lines(sweep_dir, results)) + "</div>")
     verdict = ["<div class='box verdict' id='verdict'><b>Verdict</b> (computed from the "

@@ -62,6 +62,7 @@ from anchorviz.viz.common import (
     method_rank,
     metric_summary,
     normalize_results,
+    select_condition,
     sweep_targets,
     target_column,
     unique_values,
@@ -322,8 +323,10 @@ class SweepExplorer:
 
     def _condition(self) -> pd.DataFrame:
         res = self.results
-        return res[np.isclose(res["artifact_strength"], self.strength_w.value)
-                   & np.isclose(res["teacher_visibility"], self.visibility_w.value)]
+        rows = res[np.isclose(res["teacher_visibility"], self.visibility_w.value)]
+        # any other setting that varies (model, split sizes ...): its first value, never pooled
+        rows, _ = select_condition(rows, float(self.strength_w.value))
+        return rows
 
     def _summary(self) -> pd.DataFrame:
         key = (float(self.strength_w.value), float(self.visibility_w.value),
