@@ -760,6 +760,10 @@ class SweepConfig:
     anchor_layers: list[str] = field(default_factory=lambda: ["last"])
     seeds: list[int] = field(default_factory=lambda: [0])
     artifact_strengths: list[float] | None = None  # None: the base config's strength
+    # seeds on which the whole grid (every method, the ceiling) runs; on the other seeds only
+    # the naive student and its teacher, the runs the failure-mode verdict needs. None: every
+    # seed runs the whole grid
+    detail_seeds: list[int] | None = None
 
 
 def sweep_from_dict(d: dict, where: str = "sweep") -> SweepConfig:
@@ -774,7 +778,8 @@ def sweep_from_dict(d: dict, where: str = "sweep") -> SweepConfig:
         raise ConfigError(f"{where}: unknown key(s) {unknown}; allowed: ['base', 'grid']")
     base = config_from_dict(d.get("base") or {}, f"{where}.base")
     grid = d.get("grid") or {}
-    allowed = {"methods", "anchor_lambdas", "anchor_layers", "seeds", "artifact_strengths"}
+    allowed = {"methods", "anchor_lambdas", "anchor_layers", "seeds", "artifact_strengths",
+               "detail_seeds"}
     unknown = sorted(set(grid) - allowed)
     if unknown:
         raise ConfigError(f"{where}.grid: unknown key(s) {unknown}; allowed: {sorted(allowed)}")
@@ -788,6 +793,12 @@ def sweep_from_dict(d: dict, where: str = "sweep") -> SweepConfig:
     for lam in sw.anchor_lambdas:
         if not isinstance(lam, (int, float)) or not math.isfinite(lam) or lam < 0:
             raise ConfigError(f"{where}.grid.anchor_lambdas: {lam!r} must be a finite number >= 0")
+    if sw.detail_seeds is not None:
+        extra = sorted(set(sw.detail_seeds) - set(sw.seeds))
+        if extra:
+            raise ConfigError(f"{where}.grid.detail_seeds: {extra} not among grid.seeds "
+                              f"{sw.seeds}; detail seeds are the seeds that also run the whole "
+                              "grid")
     for c in expand_sweep(sw):  # validates every expanded config (layers, strengths ...)
         c.validate()
     return sw
@@ -800,19 +811,23 @@ def load_sweep(path: str | Path) -> SweepConfig:
 
 
 def expand_sweep(sw: SweepConfig) -> list[RunConfig]:
-    """Every student config of the grid (teacher / ceiling are implied and shared)."""
+    """Every student config of the grid (teacher / ceiling are implied and shared). With
+    ``detail_seeds``, seeds outside it get only the naive student (and its teacher), no
+    ceiling."""
     out = []
     strengths = sw.artifact_strengths or [sw.base.data.artifact_strength]
+    detail = None if sw.detail_seeds is None else set(sw.detail_seeds)
     for strength in strengths:
         for seed in sw.seeds:
-            for m in sw.methods:
+            full = detail is None or seed in detail
+            for m in sw.methods if full else [m for m in sw.methods if m == "naive"]:
                 grid = ([(lam, lay) for lam in sw.anchor_lambdas for lay in sw.anchor_layers]
                         if m == "anchor" else [(0.0, "last")])
                 for lam, lay in grid:
                     out.append(with_overrides(sw.base, **{
                         "seed": seed, "data.artifact_strength": float(strength),
                         "method.name": m, "method.anchor_lambda": float(lam),
-                        "method.anchor_layers": lay}))
+                        "method.anchor_layers": lay, "ceiling": sw.base.ceiling and full}))
     return out
 
 

@@ -71,24 +71,34 @@ def test_default_config_run_ids_are_pinned():
 
 
 def test_the_demo_reads_its_settings_file_and_keeps_its_run_ids():
-    """`anchorviz demo` builds its sweep from anchorviz/configs/demo.yaml; the ids of its seed-0
-    runs are those of the stores behind docs/RESULTS.md (the hidden-cue scenario)."""
+    """`anchorviz demo` builds its sweep from anchorviz/configs/demo.yaml; the ids of its runs are
+    those of the stores behind docs/RESULTS.md (the pre-registered check of issue 28: seeds 0-4
+    at 1,500 / 1,000 evaluation pairs, the pilot store): a teacher and a naive student per seed,
+    ANCHOR and the ceiling on seed 0 only."""
     from anchorviz.config import ConfigError, RunConfig, expand_sweep, load_sweep
     from anchorviz.pipeline.demo import demo_file, demo_sweep
     from anchorviz.pipeline.keys import student_key
 
     sw = demo_sweep()
     assert sw == load_sweep(demo_file())  # the file is the demo, and a plain sweep file
-    ids = {run_id_for(student_key(c, "student")) for c in expand_sweep(sw)}
-    assert ids == {"naive-8261bac873ef", "anchor-681002b6d63a", "anchor-14057d362715"}
-    assert run_id_for(teacher_key(sw.base)) == "teacher-b10c017b22df"
-    assert run_id_for(student_key(sw.base, "ceiling")) == "ceiling-5d9789895e73"
+    configs = expand_sweep(sw)
+    ids = {run_id_for(student_key(c, "student")) for c in configs}
+    assert ids == {"naive-4679e3391f49", "naive-a7ade078a4fe", "naive-1b456d9173dc",
+                   "naive-d65ebbbc86b2", "naive-fb808d6faffd",
+                   "anchor-6252ebfd89cb", "anchor-8fc45275a47a"}
+    assert sorted({c.seed for c in configs if c.method.name == "anchor"}) == [0]
+    assert [c.seed for c in configs if c.ceiling] == [0, 0, 0]  # seed 0's naive and 2 ANCHOR
+    assert run_id_for(teacher_key(sw.base)) == "teacher-ca37399666db"
+    assert run_id_for(student_key(sw.base, "ceiling")) == "ceiling-a9aebc42f0bf"
+    # --seeds 0: the one-seed first look runs the whole grid on that seed
+    one = demo_sweep(seeds=(7,))
+    assert one.seeds == [7] and one.detail_seeds == [7]
+    assert {c.method.name for c in expand_sweep(one)} == {"naive", "anchor"}
     # RunConfig()'s defaults are the demo's settings without the planted marker
     plain = RunConfig()
     assert plain.teacher_train == sw.base.teacher_train == sw.base.student_train
     assert plain.teacher_train.head_lr == 2e-3
-    for k in ("teacher_train", "w2s_train", "val", "source_test", "target_test", "max_length",
-              "split_per_seed"):
+    for k in ("teacher_train", "w2s_train", "val", "max_length", "split_per_seed"):
         assert getattr(plain.data, k) == getattr(sw.base.data, k), k
     assert plain.data.artifact_kind == "none"
     # the overlays (--quick, --scenario echo) are not sweep files on their own

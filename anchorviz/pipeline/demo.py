@@ -23,6 +23,7 @@ __all__ = [
     "demo_note",
     "demo_settings",
     "demo_sweep",
+    "verdict_sentence",
 ]
 
 DEMO_NOTE = (
@@ -105,11 +106,13 @@ def demo_settings(quick: bool = False, scenario: str | None = None) -> dict:
     return settings
 
 
-def demo_sweep(strength: float = 0.8, seeds: tuple[int, ...] = (0,), quick: bool = False,
+def demo_sweep(strength: float = 0.8, seeds: tuple[int, ...] | None = None, quick: bool = False,
                scenario: str = DEFAULT_SCENARIO, visibility: float | None = None):
-    """The demo (`demo_settings`): teacher, ceiling, naive and ANCHOR at a small lambda grid, in
+    """The demo (`demo_settings`): per seed a teacher and a naive student (the failure-mode
+    verdict), and on the first seed also the gold ceiling and ANCHOR at a small lambda grid, in
     one of the `SCENARIOS` (``visibility`` overrides the scenario's teacher visibility of the
-    marker; ``strength`` the fraction of marked source pairs)."""
+    marker; ``strength`` the fraction of marked source pairs). ``seeds`` None: the file's
+    (five; one with ``quick``); given, the first of them is the one with the whole grid."""
     from anchorviz.config import ConfigError, sweep_from_dict  # torch: only when used
 
     if scenario not in SCENARIOS:
@@ -119,5 +122,44 @@ def demo_sweep(strength: float = 0.8, seeds: tuple[int, ...] = (0,), quick: bool
     data["artifact_strength"] = float(strength)
     data["artifact_teacher_visibility"] = (SCENARIOS[scenario] if visibility is None
                                            else float(visibility))
-    settings["grid"]["seeds"] = [int(s) for s in seeds]
+    if seeds is not None:
+        settings["grid"]["seeds"] = [int(s) for s in seeds]
+        if "detail_seeds" in settings["grid"]:
+            settings["grid"]["detail_seeds"] = [int(seeds[0])]
     return sweep_from_dict(settings, str(demo_file(quick, scenario if scenario in OVERLAYS else None)))
+
+
+def verdict_sentence(results, method: str = "naive") -> str:
+    """The demo's verdict in one plain sentence, from the same `failure_mode` the detailed
+    lines use: WRG with its seed interval, WRG - AOG with its interval and p (pooled over the
+    targets, and per target after Holm), the strict form beside it. Points throughout."""
+    from anchorviz.analysis.summary import failure_mode
+
+    fm = failure_mode(results, method=method)
+    n = fm["n_seeds"]
+    if fm["missing"] or n == 0:
+        return f"No verdict: {fm['reason']}."
+    w, p = fm["wrg"], fm["pooled"]
+
+    def iv(b: dict) -> str:
+        return f"{100 * b['mean']:+.1f} [{100 * b['lo']:+.1f}, {100 * b['hi']:+.1f}]"
+
+    if n < 2 or p is None:
+        return (f"One seed (WRG {100 * w['per_seed'][0]:+.1f}): no verdict, since one seed gives "
+                "no interval over seeds; the default runs five (about 2-3 CPU-minutes each).")
+    per_t = [t for t, b in fm["targets"].items() if b.get("not_carried_over")]
+    head = f"VERDICT over {n} seeds (95% t-intervals over seeds): "
+    gain = (f"the {method} student beats its weak teacher in distribution, WRG {iv(w)}, "
+            if w["above_zero"] else f"the {method} student does not reliably beat its teacher "
+            f"in distribution (WRG {iv(w)}), ")
+    carry = (f"and that gain does not carry over out of distribution: WRG - AOG {iv(p)} "
+             f"(p {p['p']:.3f}) pooled over the targets" if p["not_carried_over"] else
+             f"and WRG - AOG {iv(p)} (p {p['p']:.3f}) is not above 0 beyond the interval "
+             "pooled over the targets")
+    carry += (f", and on {', '.join(per_t)} on its own after Holm" if per_t else
+              ", on no target on its own after Holm")
+    verdict = "the failure mode: YES" if fm["failure_mode"] else "the failure mode: no"
+    strict = (f"; strict form (AOG {iv(p['aog'])} below 0): "
+              + ("YES" if fm["strict"] else "no, the student still transfers better than its "
+                 "teacher, by less than it gains at home"))
+    return head + gain + carry + ". So " + verdict + strict + "."
