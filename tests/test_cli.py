@@ -129,7 +129,7 @@ def test_cli_config_errors_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[
     code, err = _cli(["sweep", str(sweep_bad), "--out", str(tmp_path / "out")], capsys)
     assert code == EXIT_CONFIG and "anchor_lambdas" in err
     code, err = _cli(["report", str(tmp_path / "nowhere")], capsys)
-    assert code == EXIT_CONFIG and "not an anchorviz sweep / run folder" in err
+    assert code == EXIT_CONFIG and "does not exist" in err
     with pytest.raises(SystemExit) as ei:
         main(["frobnicate"])
     assert ei.value.code == 2

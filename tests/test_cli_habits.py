@@ -127,13 +127,15 @@ def test_demo_rejects_bad_knobs_before_its_banner(tmp_path, monkeypatch, capsys)
 def test_listings_have_headers_paths_and_cached_status(capsys):
     assert main(["models"]) == EXIT_OK
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0].split()[:6] == ["NAME", "KIND", "LAYERS", "LICENCE", "CACHED", "PATH"]
-    row = next(line for line in lines if line.startswith("minilm-l6 "))
-    assert ("yes" in row.split() or "no" in row.split()) and "minilm-l6" in row.split()[5]
+    assert lines[0].split() == ["NAME", "KIND", "LAYERS", "LICENCE", "CACHED"]
+    i = next(i for i, line in enumerate(lines) if line.startswith("minilm-l6 "))
+    assert lines[i].split()[-1] in ("yes", "no")
+    path = next(line for line in lines[i + 1:] if line.strip().startswith("path: "))
+    assert "minilm-l6" in path
     assert main(["datasets"]) == EXIT_OK
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0].split() == ["NAME", "CATEGORY", "LICENCE", "ADAPTER", "HUB", "ID", "CACHED",
-                                "LOCAL", "PATH"]
+    assert lines[0].split() == ["NAME", "CATEGORY", "LICENCE", "ADAPTER", "CACHED"]
+    assert any("hub id: " in line and "local path: " in line for line in lines)
     assert any(line.startswith("vader-amazon ") for line in lines)
     assert "nan" not in " ".join(lines)
     from anchorviz.data import list_datasets
@@ -219,3 +221,58 @@ def test_sweep_bar_counts_every_kind_and_gives_an_eta(monkeypatch):
     assert prog.eta() == pytest.approx(40.0)
     assert "student 1/2" in prog.bar.postfix and "ETA 40s" in prog.bar.postfix
     prog.close()
+
+
+# --------------------------------------------------------------------------- helping the next step
+
+
+def test_no_prefix_matching_and_did_you_mean(capsys):
+    for argv, hint in ((["demo", "--seed", "1"], "did you mean --seeds?"),
+                       (["dmeo"], "did you mean 'demo'?"),
+                       (["demo", "--scenario", "hiden-cue"], "did you mean 'hidden-cue'?")):
+        with pytest.raises(SystemExit) as ei:
+            build_parser().parse_args(argv)
+        assert ei.value.code == 2
+        assert hint in capsys.readouterr().err, argv
+    p = build_parser()
+    subs = next(a for a in p._actions if a.choices and "demo" in a.choices).choices
+    assert p.allow_abbrev is False and all(not s.allow_abbrev for s in subs.values())
+
+
+def test_missing_config_names_the_examples(tmp_path, capsys):
+    assert main(["run", str(tmp_path / "nofile.yaml")]) == EXIT_CONFIG
+    err = capsys.readouterr().err
+    assert "does not exist" in err and "demo.yaml" in err and "run.yaml" in err
+
+
+def test_report_of_a_missing_folder_says_so_and_help_describes_dir(tmp_path, capsys):
+    assert main(["report", str(tmp_path / "nodir")]) == EXIT_CONFIG
+    assert "does not exist" in capsys.readouterr().err
+    text = build_parser()._subparsers._group_actions[0].choices["report"].format_help()
+    assert "DIR" in text and "runs/" in text
+
+
+def test_demo_help_says_a_verdict_needs_seeds_and_their_cost():
+    text = build_parser()._subparsers._group_actions[0].choices["demo"].format_help()
+    assert "several seeds" in text and "CPU-minutes" in text
+
+
+@pytest.mark.parametrize("command", ["datasets", "models"])
+def test_listings_fit_100_columns(command, capsys):
+    assert main([command]) == EXIT_OK
+    lines = capsys.readouterr().out.splitlines()
+    assert max(len(line) for line in lines) <= 100
+
+
+@pytest.mark.parametrize("argv", [["--version"], ["--help"], ["demo", "--help"]])
+def test_version_and_help_import_no_heavy_library(argv):
+    import subprocess
+    import sys
+
+    code = ("import sys\nfrom anchorviz.cli import main\ntry:\n    main(sys.argv[1:])\n"
+            "except SystemExit:\n    pass\n"
+            "print(sorted(m for m in ('torch', 'pandas', 'plotly', 'transformers', 'scipy') "
+            "if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True,
+                         check=True).stdout.splitlines()
+    assert out[-1] == "[]", out
