@@ -68,9 +68,11 @@ def test_report_leads_with_scenario_and_the_verdict_of_summary(demo_like):
     assert ("Failure mode: YES" in page) == fm["failure_mode"]
     # all of it before the table and before any figure; no smoke block at the full sizes
     scenario, verdict = _pos(page, "id='scenario'"), _pos(page, "id='verdict'")
-    assert scenario < verdict < _pos(page, "<h2>Results</h2>") < _first_figure(page)
+    # the verdict figure leads (issue 28), right after the verdict, before the table
+    assert scenario < verdict < _first_figure(page) < _pos(page, "<h2>Results</h2>")
+    assert verdict < _pos(page, "id='lead-figure'") < _first_figure(page)
     assert "id='smoke'" not in page
-    assert "seeds 0, 1, 2" in page and "tested on 300 source pairs" in page
+    assert "seeds 0, 1, 2" in page and "tested on 1500 source pairs" in page
 
 
 def test_a_quick_run_says_at_the_top_that_it_is_not_a_result(quick, demo_like):

@@ -90,3 +90,22 @@ def test_shortcut_share_is_empty_without_hidden_markers(tmp_path: Path) -> None:
     t = _run(tmp_path, "t", [1, 1, 0, 0], side, seen)
     s = _run(tmp_path, "s", [1, 1, 1, 0], side, seen)
     assert shortcut_share(t, s) == {}
+
+
+def test_the_report_opens_with_the_verdict_figure(tmp_path: Path) -> None:
+    from anchorviz.viz.report import write_report
+
+    sweep = write_fake_sweep(tmp_path / "s", seeds=(0, 1, 2), methods=("naive", "anchor"),
+                             lambdas=(1.0,), layers=("last",))
+    html = write_report(sweep).read_text()
+    lead = html.index("id='lead-figure'")
+    assert lead < html.index("<h2>Results</h2>")  # on the first screen, before the table
+    assert html.count("plotly.js v") >= 1 and html.index("plotly.js v") > lead  # js loads once
+
+
+def test_no_lead_figure_without_naive_students(tmp_path: Path) -> None:
+    from anchorviz.viz.report import write_report
+
+    sweep = write_fake_sweep(tmp_path / "s", seeds=(0, 1), methods=("confidence",), lambdas=(),
+                             layers=())
+    assert "id='lead-figure'" not in write_report(sweep).read_text()

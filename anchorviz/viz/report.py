@@ -441,6 +441,22 @@ def _drift_columns(sweep_dir: Path, results: pd.DataFrame) -> set[str]:
     return set()
 
 
+def _lead_figure(sweep_dir: Path, results: pd.DataFrame):
+    """The verdict figure (`anchorviz.viz.verdict.verdict_figure`) when the folder holds naive
+    students of one setting; None otherwise (mixed settings are shown per setting below)."""
+    from anchorviz.viz.verdict import verdict_figure
+
+    if "method" not in results or not (results["method"] == "naive").any():
+        return None
+    try:
+        fig = verdict_figure(sweep_dir, results=results)
+    except Exception as err:  # e.g. several settings: the verdict box says why
+        logger.info("report: no lead verdict figure (%s)", err)
+        return None
+    fig.update_layout(width=None, autosize=True)
+    return fig
+
+
 def _figures(sweep_dir: Path, results: pd.DataFrame) -> list[tuple[str, object]]:
     from anchorviz.viz.accuracy import accuracy_figure, shortcut_figure, transfer_figure
     from anchorviz.viz.drift import (
@@ -639,13 +655,27 @@ def write_report(sweep_dir: str | Path, path: str | Path | None = None, *,
                        f"<pre>{esc(chr(10).join(b['lines']))}</pre>")
     verdict.append("</div>")
     top.append("".join(verdict))
+    first = True
+    lead = _lead_figure(sweep_dir, results)
+    if lead is not None:  # the verdict, seed by seed: what a learner should see first
+        top.append("<div id='lead-figure'><h2>The verdict, seed by seed</h2><p>Each row is one "
+                   "seed: the diamond is how much the naive student beats its weak teacher in "
+                   "distribution (WRG), the circle how much out of distribution (AOG); the teacher "
+                   "sits at 0. The grey bar between them is the gain that did not carry over; the "
+                   "last row is its mean with the 95% interval over seeds. The right panel splits "
+                   "each WRG: the red part is earned on marked pairs the teacher could not read "
+                   "(the shortcut).</p>"
+                   + lead.to_html(full_html=False, include_plotlyjs="inline",
+                                  default_width="100%",
+                                  default_height=f"{lead.layout.height or 420}px",
+                                  config={"responsive": True}) + "</div>")
+        first = False
     warn = label_warning(results)
     if warn:
         top.append(f"<div class='box warn' id='label-warning'><b>⚠ Labels.</b> {esc(warn)}</div>")
 
     targets = sweep_targets(results)
     parts = []
-    first = True
     for title, obj in _figures(sweep_dir, results):
         parts.append(f"<h2>{esc(title)}</h2>")
         if isinstance(obj, str):
