@@ -11,7 +11,14 @@ import logging
 import sys
 from pathlib import Path
 
-from anchorviz.pipeline.demo import DEFAULT_SCENARIO, OVERLAYS, SCENARIOS, demo_note, demo_sweep
+from anchorviz.pipeline.demo import (
+    DEFAULT_SCENARIO,
+    OVERLAYS,
+    SCENARIOS,
+    demo_note,
+    demo_sweep,
+    verdict_sentence,
+)
 
 logger = logging.getLogger("anchorviz")
 
@@ -55,7 +62,8 @@ def cmd_demo(args) -> int:
     if args.out is None:
         args.out = demo_out(args.scenario, args.quick)
     # every knob is checked (the whole grid, as a sweep file would be) before the banner
-    sw = demo_sweep(strength=args.strength, seeds=tuple(args.seeds), quick=args.quick,
+    sw = demo_sweep(strength=args.strength, seeds=tuple(args.seeds) if args.seeds else None,
+                    quick=args.quick,
                     scenario=args.scenario, visibility=args.visibility)
     for cfg in expand_sweep(sw):
         cfg.validate()
@@ -75,6 +83,7 @@ def cmd_demo(args) -> int:
     df = df[df["run_id"].isin(own)].reset_index(drop=True)
     print("\nResults (accuracies and transfer scores in points; OOD = mean over the 3 targets):")
     print(results_text(df))
+    print("\n" + verdict_sentence(df) + "\n")  # the verdict first, then its parts
     print(_verdict(df))
     report = _write_report(args.out, run_ids=own)
     print(f"\nHTML report: {report}")
@@ -457,7 +466,11 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--strength", type=float, default=0.8,
                    help="artefact strength in [0, 1]: fraction of source pairs whose chosen text "
                         "carries the marker (default 0.8)")
-    d.add_argument("--seeds", type=int, nargs="+", default=[0], help="training seeds (default 0)")
+    d.add_argument("--seeds", type=int, nargs="+", default=None,
+                   help="split-varying seeds (default 0 1 2 3 4: a teacher and a naive student "
+                        "each, about 2-3 CPU-minutes per seed, for the failure-mode verdict; "
+                        "ANCHOR and the ceiling on the first seed only). --seeds 0: the one-seed "
+                        "first look, no verdict")
     d.add_argument("--quick", action="store_true", help="smoke-sized splits (CI, first look)")
     d.add_argument("--scenario", choices=sorted(SCENARIOS), default=DEFAULT_SCENARIO,
                    help=f"what is planted (default {DEFAULT_SCENARIO}): 'hidden-cue' = the weak "
@@ -553,6 +566,9 @@ def build_parser() -> argparse.ArgumentParser:
     an.add_argument("--chat-template", action="store_true",
                     help="render prompts and responses with the tokenizer's chat template")
     an.add_argument("--trust-remote-code", action="store_true")
+    an.add_argument("--allow-pickle-weights", action="store_true",
+                    help="read weights saved only as pickle (pytorch_model.bin), with "
+                         "torch.load(weights_only=True); without it only safetensors are read")
     an.add_argument("--report", action="store_true", help="also write OUT/report.html")
     an.set_defaults(func=cmd_analyse)
 
