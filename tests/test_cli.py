@@ -176,4 +176,7 @@ def test_out_of_range_anchor_layer_fails_the_run_with_a_named_error(
                            "method.anchor_layers": "0,9"})
     code, err = _cli(["run", str(path), "--out", str(tmp_path / "out")], capsys)
     assert code == EXIT_CONFIG
-    assert "anchor layer 9 is out of range: valid hidden-state indices are 0..2" in err
+    # checked at validation, before any training, naming the field (issue 30)
+    assert "method.anchor_layers '0,9': layer 9 is outside the student" in err
+    assert "hidden states are 0 (embeddings) .. 2" in err
+    assert not (tmp_path / "out" / "runs").exists() or not any((tmp_path / "out" / "runs").iterdir())
