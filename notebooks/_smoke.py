@@ -45,8 +45,9 @@ _DEMO_DEFAULTS = build_parser().parse_args(["demo"])
 #: the artefact strength of the teaching story (fraction of source pairs carrying the marker):
 #: the default of ``anchorviz demo --strength``
 STRENGTH = float(_DEMO_DEFAULTS.strength)
-#: the seeds of ``anchorviz demo`` without ``--seeds``
-DEMO_SEEDS = [int(s) for s in _DEMO_DEFAULTS.seeds]
+#: the seeds of ``anchorviz demo`` without ``--seeds`` (None: its settings file's, five; one in
+#: smoke mode, as ``--quick``)
+DEMO_SEEDS = None if _DEMO_DEFAULTS.seeds is None else [int(s) for s in _DEMO_DEFAULTS.seeds]
 #: every other setting of ``anchorviz demo`` at its command-line default (e.g. the scenario),
 #: passed to ``demo_sweep`` as the CLI passes it, so that the run ids are the demo's
 DEMO_OPTIONS = {k: getattr(_DEMO_DEFAULTS, k)
@@ -71,7 +72,9 @@ def demo_config(smoke: bool, strengths: list[float] | None = None,
         opts["scenario"] = scenario
     if visibility is not None:
         opts["visibility"] = float(visibility)
-    sw = demo_sweep(strength=STRENGTH, seeds=tuple(seeds or DEMO_SEEDS), quick=smoke, **opts)
+    chosen = seeds or DEMO_SEEDS
+    sw = demo_sweep(strength=STRENGTH, seeds=tuple(chosen) if chosen else None, quick=smoke,
+                    **opts)
     if smoke:  # one epoch each: a first look in a minute or two, not a result
         sw.base = with_overrides(sw.base, **{"teacher_train.epochs": 1,
                                              "student_train.epochs": 1})

@@ -135,7 +135,7 @@ def test_notebooks_default_to_the_demo_store(name):
     # what cmd_demo passes: every demo option at its command-line default
     opts = {k: getattr(demo, k) for k in inspect.signature(demo_sweep).parameters
             if k not in ("strength", "seeds", "quick") and hasattr(demo, k)}
-    want = smoke.sweep_run_ids(demo_sweep(strength=demo.strength, seeds=tuple(demo.seeds), **opts))
+    want = smoke.sweep_run_ids(demo_sweep(strength=demo.strength, seeds=tuple(demo.seeds) if demo.seeds else None, **opts))
     if "SCENARIO" in params:  # 01: the demo's default scenario at its own teacher visibility
         assert params["SCENARIO"] == demo.scenario and params["VISIBILITY"] is None
         assert smoke.sweep_run_ids(smoke.demo_config(
@@ -143,7 +143,7 @@ def test_notebooks_default_to_the_demo_store(name):
             visibility=params["VISIBILITY"])) == want
         for scenario in ("hidden-cue", "marker"):  # `anchorviz demo --scenario S`
             assert smoke.sweep_run_ids(smoke.demo_config(False, scenario=scenario)) == \
-                smoke.sweep_run_ids(demo_sweep(strength=demo.strength, seeds=tuple(demo.seeds),
+                smoke.sweep_run_ids(demo_sweep(strength=demo.strength, seeds=tuple(demo.seeds) if demo.seeds else None,
                                                **{**opts, "scenario": scenario}))
     assert smoke.sweep_run_ids(smoke.demo_config(False, seeds=params["SEEDS"])) == want
     # and `anchorviz demo --seeds 0 1 2` is matched by SEEDS = [0, 1, 2]
@@ -188,7 +188,7 @@ def test_explorer_sweeps_are_the_demos_at_each_teacher_visibility():
         assert smoke.sweep_run_ids(sweeps[0]) == smoke.sweep_run_ids(smoke.demo_config(is_smoke))
         for s in sweeps[1:]:
             v = s.base.data.artifact_teacher_visibility
-            full = demo_sweep(strength=demo.strength, seeds=tuple(demo.seeds), quick=is_smoke,
+            full = demo_sweep(strength=demo.strength, seeds=tuple(demo.seeds) if demo.seeds else None, quick=is_smoke,
                               **{**opts, "visibility": v})
             if is_smoke:
                 assert s.methods == ["naive"] and not s.base.ceiling
