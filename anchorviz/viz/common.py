@@ -45,12 +45,14 @@ __all__ = [
     "METHOD_COLORS",
     "METHOD_NAMES",
     "METHOD_ORDER",
+    "MIN_CEILING_DELTA_E",
     "OKABE_ITO",
     "PathLike",
     "RESULTS_FILE",
     "RUN_TABLES",
     "SPREADS",
     "TEMPLATE",
+    "color_distance",
     "load_results",
     "load_run_table",
     "method_label",
@@ -100,13 +102,18 @@ METHOD_COLORS = {
     "ceiling": OI["black"],
 }
 # ANCHOR: one light-to-dark ramp of an Okabe-Ito hue per layer choice, darker = stronger
-# lambda (line style tells the layer choices apart as well)
+# lambda (line style tells the layer choices apart as well). Each ramp stops well before
+# near-black, so that the strongest lambda is never mistaken for the ceiling's black: every
+# shade stays at least MIN_CEILING_DELTA_E (CIELAB distance, `color_distance`) from it
 ANCHOR_SCALES = {
-    "last": [[0.0, "#cfe6f5"], [0.5, OI["blue"]], [1.0, "#00324f"]],
-    "middle": [[0.0, "#c2ebde"], [0.5, OI["bluish_green"]], [1.0, "#003d2c"]],
-    "all": [[0.0, "#f3d9e7"], [0.5, OI["reddish_purple"]], [1.0, "#5e2447"]],
+    "last": [[0.0, "#cfe6f5"], [0.5, OI["blue"]], [1.0, "#005a8c"]],
+    "middle": [[0.0, "#c2ebde"], [0.5, OI["bluish_green"]], [1.0, "#005c43"]],
+    "all": [[0.0, "#f3d9e7"], [0.5, OI["reddish_purple"]], [1.0, "#763560"]],
 }
-OTHER_ANCHOR_SCALE = [[0.0, "#d9d9d9"], [1.0, "#333333"]]
+OTHER_ANCHOR_SCALE = [[0.0, "#d9d9d9"], [1.0, "#666666"]]
+#: the least CIELAB distance (CIE76 delta E) between the ceiling's colour and any ANCHOR shade;
+#: about 2.3 is just noticeable side by side, thin lines and small markers need far more
+MIN_CEILING_DELTA_E = 40.0
 LAYER_DASHES = {"last": "solid", "middle": "dash", "all": "dot"}
 DOMAIN_DASHES = ("solid", "dash", "dot", "dashdot", "longdash", "longdashdot")
 DOMAIN_COLORS = (OI["blue"], OI["orange"], OI["bluish_green"], OI["reddish_purple"],
@@ -289,6 +296,37 @@ def _group_color(method: str, anchor_lambda: float, anchor_layers: str,
     frac = 0.85 if len(lams) < 2 else 0.4 + 0.55 * lams.index(anchor_lambda) / (len(lams) - 1)
     scale = ANCHOR_SCALES.get(anchor_layers, OTHER_ANCHOR_SCALE)
     return sample_colorscale(scale, [frac])[0]
+
+
+def _rgb(color: str) -> tuple[float, float, float]:
+    """(r, g, b) in [0, 1] of ``"#rrggbb"`` or ``"rgb(r, g, b)"`` (what plotly's colour scales
+    give)."""
+    import re
+
+    c = color.strip()
+    if c.startswith("#") and len(c) == 7:
+        return tuple(int(c[i:i + 2], 16) / 255 for i in (1, 3, 5))  # type: ignore[return-value]
+    m = re.fullmatch(r"rgba?\(\s*([\d.]+)\s*,\s*([\d.]+)\s*,\s*([\d.]+)\s*(?:,[^)]*)?\)", c)
+    if not m:
+        raise ValueError(f"not a colour of the form '#rrggbb' or 'rgb(r, g, b)': {color!r}")
+    return tuple(float(v) / 255 for v in m.groups())  # type: ignore[return-value]
+
+
+def _lab(color: str) -> np.ndarray:
+    """CIELAB (D65) coordinates of an sRGB colour."""
+    rgb = np.array(_rgb(color))
+    lin = np.where(rgb <= 0.04045, rgb / 12.92, ((rgb + 0.055) / 1.055) ** 2.4)
+    xyz = np.array([[0.4124, 0.3576, 0.1805], [0.2126, 0.7152, 0.0722],
+                    [0.0193, 0.1192, 0.9505]]) @ lin / np.array([0.95047, 1.0, 1.08883])
+    d = 6 / 29
+    f = np.where(xyz > d ** 3, np.cbrt(xyz), xyz / (3 * d * d) + 4 / 29)
+    return np.array([116 * f[1] - 16, 500 * (f[0] - f[1]), 200 * (f[1] - f[2])])
+
+
+def color_distance(a: str, b: str) -> float:
+    """How far apart two colours look: the CIE76 delta E, the Euclidean distance in CIELAB
+    (0 = the same colour; black to white is 100)."""
+    return float(np.linalg.norm(_lab(a) - _lab(b)))
 
 
 def group_mask(rows: pd.DataFrame, method: str, anchor_lambda: float,
