@@ -220,7 +220,8 @@ def test_drift_trace_is_the_runs_drift_table(sweep, results):
         want = table[table["split"] == split].sort_values("layer")
         np.testing.assert_allclose(tr.x, want["layer"])
         np.testing.assert_allclose(tr.y, want["cka"])
-    assert fig.layout.yaxis.title.text == "linear CKA(student, reference)"
+    assert fig.layout.yaxis.title.text == "linear CKA"  # the full name is in the subtitle
+    assert "y: linear CKA(student, reference)" in fig.layout.title.text
     assert fig.layout.xaxis.title.text.startswith("layer")
     assert trace(fig, split="source_test", runs=[rid]).line.dash == "solid"
     assert trace(fig, split="target_test:amazon", runs=[rid]).line.dash != "solid"
@@ -228,7 +229,8 @@ def test_drift_trace_is_the_runs_drift_table(sweep, results):
     tr = trace(cos, split="target_test:nyt", runs=[rid])
     np.testing.assert_allclose(tr.y, table[table["split"] == "target_test:nyt"]
                                .sort_values("layer")["cosine_mean"])
-    assert cos.layout.yaxis.title.text.startswith("cosine drift 1 - cos")
+    assert cos.layout.yaxis.title.text == "1 - cos (mean)"
+    assert "y: cosine drift 1 - cos" in cos.layout.title.text
     assert {t.meta["split"] for t in cos.data} == {"target_test:nyt"}
 
 

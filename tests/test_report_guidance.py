@@ -49,3 +49,30 @@ def test_every_anchor_lambda_stays_far_from_the_ceilings_black(lambdas):
         part = anchor[anchor["anchor_layers"] == lay].sort_values("anchor_lambda")
         lightness = [_lab(c)[0] for c in part["color"]]
         assert all(a > b for a, b in zip(lightness, lightness[1:])), (lay, lightness)
+
+
+# --------------------------------------------------------------------------- drift layout
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory):
+    from fake_sweep import write_fake_sweep
+
+    return write_fake_sweep(tmp_path_factory.mktemp("sweep"), seeds=(0, 1), lambdas=(0.1, 10.0),
+                            layers=("last",), artifact_strengths=(1.0,),
+                            artifact_kind="marker", teacher_visibilities=(0.5,))
+
+
+@pytest.mark.parametrize("metric", ["cka", "cka_debiased", "cosine", "cosine_centred",
+                                    "cosine_median", "cosine_p90"])
+def test_drift_axis_title_fits_beside_the_plot_not_into_the_title(sweep, metric):
+    """A y-axis title is centred on the plot area; longer than it, it runs up into the figure
+    title (the centred-drift figure did). ~8 px per character at plotly's 14 px axis font."""
+    from anchorviz.viz.drift import DRIFT_METRICS, drift_by_layer_figure
+
+    fig = drift_by_layer_figure(sweep, metric=metric)
+    lay = fig.layout
+    plot_height = lay.height - lay.margin.t - lay.margin.b
+    title = lay.yaxis.title.text
+    assert 8 * len(title) < 0.9 * plot_height, (title, plot_height)
+    assert f"y: {DRIFT_METRICS[metric][1]}" in lay.title.text  # the full name is still said

@@ -56,6 +56,7 @@ from anchorviz.viz.common import (
 )
 
 __all__ = [
+    "DRIFT_AXIS_TITLES",
     "DRIFT_METRICS",
     "MIN_CORRELATION_N",
     "drift_by_layer_figure",
@@ -73,6 +74,16 @@ DRIFT_METRICS: dict[str, tuple[str, str]] = {
                        "centred cosine drift 1 - cos (reference mean removed; mean over rows)"),
     "cosine_median": ("cosine_median", "cosine drift 1 - cos (median over rows)"),
     "cosine_p90": ("cosine_p90", "cosine drift 1 - cos (90th percentile)"),
+}
+#: metric name -> the y-axis title of :func:`drift_by_layer_figure`: short enough to fit the
+#: plot's height (a long one ran up into the figure title); the subtitle says the full name
+DRIFT_AXIS_TITLES: dict[str, str] = {
+    "cka": "linear CKA",
+    "cka_debiased": "debiased CKA",
+    "cosine": "1 - cos (mean)",
+    "cosine_centred": "centred 1 - cos (mean)",
+    "cosine_median": "1 - cos (median)",
+    "cosine_p90": "1 - cos (90th pct.)",
 }
 
 
@@ -222,20 +233,23 @@ def drift_by_layer_figure(
                 line={"color": "grey", "dash": dashes[s]}, hoverinfo="skip",
                 meta={"legend_only": True, "split": s}))
     what = "similarity" if col.startswith("cka") else "drift"
+    # the full metric name goes in the subtitle; the y axis gets a short title that fits the
+    # plot's height instead of running up into the figure title
+    axis_title = DRIFT_AXIS_TITLES.get(metric, ylabel)
     fig.update_layout(
         title=figure_title(f"Representation {what} from the frozen reference, per layer"
                      + (f" ({caption})" if caption else ""),
-                     ("one panel per domain; " if facet else "")
+                     f"y: {ylabel}; " + ("one panel per domain; " if facet else "")
                      + "higher CKA / lower cosine drift = closer to the pretrained student; "
                      "layer 0 = embeddings"),
         template=TEMPLATE, legend={"groupclick": "togglegroup", **BOTTOM_LEGEND},
-        margin={"t": 110, "b": 170}, height=580,
+        margin={"t": 120, "b": 170, "l": 80}, height=600,
     )
     fig.update_xaxes(dtick=1, title_text="layer (0 = embeddings)")
     if facet:
-        fig.update_yaxes(title_text=ylabel, row=1, col=1)
+        fig.update_yaxes(title_text=axis_title, title_standoff=8, row=1, col=1)
     else:
-        fig.update_yaxes(title_text=ylabel)
+        fig.update_yaxes(title_text=axis_title, title_standoff=8)
     fig.layout.meta = {"facets": list(shown) if facet else []}
     return fig
 
