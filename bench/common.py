@@ -43,6 +43,7 @@ _TITLES = {
     "bench_demo": "`anchorviz demo` end to end",
     "bench_jobs": "`anchorviz demo --jobs 1` vs `--jobs 2`",
     "bench_rehash": "Reading a finished sweep: full re-hash vs size + mtime check",
+    "bench_flops": "Training step GFLOP/s against a plain matmul, float32 and bf16 autocast",
     "bench_cka": "Linear CKA implementations",
 }
 

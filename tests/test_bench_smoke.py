@@ -22,6 +22,7 @@ sys.path.insert(0, str(BENCH))
 
 import bench_capture  # noqa: E402
 import bench_demo  # noqa: E402
+import bench_flops  # noqa: E402
 import bench_jobs  # noqa: E402
 import bench_rehash  # noqa: E402
 import bench_step  # noqa: E402
@@ -121,6 +122,18 @@ def test_bench_widgets(tmp_path):
     assert len(res["ms"]["umap"]) == 5
     args = bench_widgets.build_parser().parse_args([])
     assert "UMAP panel" in bench_widgets.markdown(res, args, "fake", "cmd", _facts(), 1.0)
+
+
+def test_bench_flops(tiny_model):
+    args = bench_flops.build_parser().parse_args(
+        ["--model", str(tiny_model), "--data", "synthetic", "--quick", "--no-write",
+         "--max-length", "16"])
+    args.steps, args.repeats, args.matmul_n = 2, 1, 64
+    res = bench_flops.measure(args, log=lambda m: None)
+    assert set(res["times"]) == {"matmul fp32", "matmul bf16", "step fp32", "step bf16"}
+    assert res["step_flops"] > 0 and res["matmul_flops"] == 2 * 64 ** 3
+    md = bench_flops.markdown(res, args, "cmd", _facts(), 1.0)
+    assert "GFLOP/s" in md and "share of the matmul rate" in md
 
 
 def test_bench_rehash(tmp_path):
