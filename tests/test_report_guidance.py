@@ -76,3 +76,106 @@ def test_drift_axis_title_fits_beside_the_plot_not_into_the_title(sweep, metric)
     title = lay.yaxis.title.text
     assert 8 * len(title) < 0.9 * plot_height, (title, plot_height)
     assert f"y: {DRIFT_METRICS[metric][1]}" in lay.title.text  # the full name is still said
+
+
+# --------------------------------------------------------------------------- the map and the marker
+
+
+def _mark_scores(run_dir) -> pd.DataFrame:
+    """Give a fake run's scores.parquet the columns the pipeline writes (artifact_side,
+    artifact_seen): on the source split, pairs 0-9 clean, even ones from 10 marked and read by
+    the teacher, odd ones marked and hidden; targets clean. Returns the table."""
+    import numpy as np
+
+    path = run_dir / "scores.parquet"
+    scores = pd.read_parquet(path)
+    idx = scores["pair_id"].str.rsplit("-", n=1).str[-1].astype(int)
+    src = scores["split"] == "source_test"
+    marked = src & (idx >= 10)
+    scores["artifact_side"] = np.where(marked, np.where(idx % 3 == 0, "rejected", "chosen"), None)
+    scores["artifact_seen"] = pd.array([bool(i % 2 == 0) if m else None
+                                        for i, m in zip(idx, marked)], dtype="boolean")
+    scores.to_parquet(path)
+    return scores
+
+
+def _student_dir(sweep, method="naive"):
+    res = pd.read_parquet(sweep / "results.parquet")
+    return sweep / "runs" / res.loc[res["method"] == method, "run_id"].iloc[0]
+
+
+def test_umap_colours_by_the_planted_marker(sweep):
+    from anchorviz.viz.projection import ARTIFACT_GROUPS, umap_figure
+
+    run = _student_dir(sweep)
+    scores = _mark_scores(run)
+    fig = umap_figure(run, color_by="artifact")
+    proj = pd.read_parquet(run / "projection.parquet")
+    proj = proj[proj["layer"] == proj["layer"].max()]
+    src = scores[scores["split"] == "source_test"]
+    want = {"clean": set(scores.loc[scores["artifact_side"].isna(), "pair_id"]),
+            "seen": set(src.loc[src["artifact_seen"].eq(True).fillna(False), "pair_id"]),
+            "hidden": set(src.loc[src["artifact_seen"].eq(False).fillna(False), "pair_id"])}
+    assert want["seen"] and want["hidden"]
+    for key, pairs in want.items():
+        label, color = ARTIFACT_GROUPS[key]
+        for model in ("reference", "student"):
+            (tr,) = [t for t in fig.data if (t.meta or {}).get("group") == label
+                     and t.meta.get("model") == model]
+            assert tr.marker.color == color
+            got = {row[0] for row in tr.customdata}
+            # both responses of every pair of the group, at the projection's coordinates
+            assert got == pairs & set(proj["pair_id"])
+            assert len(tr.x) == 2 * len(got)
+            mine = proj[(proj["model"] == model) & proj["pair_id"].isin(pairs)]
+            assert sorted(tr.x) == pytest.approx(sorted(mine["x"]))
+    colors = [ARTIFACT_GROUPS[k][1] for k in ("clean", "seen", "hidden")]
+    assert len(set(colors)) == 3
+
+
+def test_umap_artifact_colouring_without_the_columns_says_why(sweep):
+    from anchorviz.viz.projection import umap_figure
+
+    run = _student_dir(sweep, "confidence")  # its scores.parquet is as an older run's
+    with pytest.raises(ValueError, match="artifact_side"):
+        umap_figure(run, color_by="artifact")
+    with pytest.raises(ValueError, match="color_by must be one of"):
+        umap_figure(run, color_by="marker")
+
+
+def test_umap_hover_shows_the_stored_text_and_the_pair_id_for_older_runs(sweep, tmp_path):
+    from anchorviz.viz.projection import umap_figure
+
+    proj = pd.read_parquet(_student_dir(sweep) / "projection.parquet")
+    old = umap_figure(projection=proj)
+    pts = [t for t in old.data if (t.meta or {}).get("model") in ("reference", "student")]
+    assert all(row[3] == "" for t in pts for row in t.customdata)  # no text: pair id only
+    assert all("%{customdata[0]}" in t.hovertemplate for t in pts)
+    proj = proj.assign(text=[f"<b>response {p} {s}" for p, s in zip(proj["pair_id"],
+                                                                      proj["side"])])
+    fig = umap_figure(projection=proj)
+    pts = [t for t in fig.data if (t.meta or {}).get("model") in ("reference", "student")]
+    for t in pts:
+        assert "%{customdata[3]}" in t.hovertemplate
+        for pair, side, _dom, text in t.customdata:
+            assert text == f"<br>“&lt;b&gt;response {pair} {side}”"  # escaped, not markup
+
+
+def test_projection_frame_stores_the_start_of_each_response():
+    import numpy as np
+
+    from anchorviz.pipeline.steps import PROJECTION_TEXT_CHARS, projection_frame
+
+    class Cap:
+        pair_ids = np.array(["a", "b"])
+        side = np.array([0, 1, 0, 1])
+
+    data = {"source_test": pd.DataFrame({
+        "pair_id": ["b", "a"], "prompt": ["p", "p"], "domain": ["movie", "movie"],
+        "chosen": ["short b", "x" * 500], "rejected": ["bad b", "bad a"]})}
+    xy = np.arange(8, dtype=float).reshape(4, 2)
+    out = projection_frame({"source_test": Cap()}, data, 6, xy, xy + 1)
+    assert len(out) == 8
+    ref = out[out["model"] == "reference"]
+    assert list(ref["text"]) == ["x" * PROJECTION_TEXT_CHARS, "bad a", "short b", "bad b"]
+    assert list(ref["side"]) == ["chosen", "rejected", "chosen", "rejected"]

@@ -229,16 +229,30 @@ def _projection_table(store, cfg, data, ref_caps, caps) -> pd.DataFrame:
     return projection_frame(ref_caps, data, layer, ref_xy, stu_xy)
 
 
+#: how much of each response ``projection.parquet`` keeps (its ``text`` column)
+PROJECTION_TEXT_CHARS = 120
+
+
 def projection_frame(ref_caps: dict, data, layer: int, ref_xy: np.ndarray,
                      stu_xy: np.ndarray) -> pd.DataFrame:
     """The long table of a shared projection: one row per (model, split, pair, side) with its
-    2-D coordinates, reference rows first (the layout of ``projection.parquet``)."""
+    2-D coordinates, reference rows first (the layout of ``projection.parquet``); ``text`` is
+    the first :data:`PROJECTION_TEXT_CHARS` characters of that side's response (the maps show
+    it on hover without rebuilding the data)."""
     meta = []
     for s in ref_caps:
         c = ref_caps[s]
-        meta.append(pd.DataFrame({"split": s, "domain": split_domain(s, data),
-                                  "pair_id": np.repeat(c.pair_ids, 2),
-                                  "side": np.where(c.side == 0, "chosen", "rejected")}))
+        side = np.where(c.side == 0, "chosen", "rejected")
+        pair_ids = np.repeat(c.pair_ids, 2)
+        frame = pd.DataFrame({"split": s, "domain": split_domain(s, data),
+                              "pair_id": pair_ids, "side": side})
+        df = data.get(s)
+        if df is not None and {"pair_id", "chosen", "rejected"} <= set(df.columns):
+            texts = df.drop_duplicates("pair_id").set_index("pair_id")
+            ids = pd.Series(pair_ids)
+            full = ids.map(texts["chosen"]).where(side == "chosen", ids.map(texts["rejected"]))
+            frame["text"] = full.astype("string").str.slice(0, PROJECTION_TEXT_CHARS)
+        meta.append(frame)
     meta = pd.concat(meta, ignore_index=True)
     out = []
     for model_name, xy in (("reference", ref_xy), ("student", stu_xy)):

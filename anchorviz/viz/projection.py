@@ -1,8 +1,10 @@
 """UMAP figures: the reference's and the student's hidden states of one run in one shared 2-D
 map (``projection.parquet``, fitted on the frozen reference's states).
 
-- :func:`umap_figure` -- the map of one layer, coloured by domain or by response side, with
-  lines from a sample of reference points to where the student put them.
+- :func:`umap_figure` -- the map of one layer, coloured by domain, by response side or by the
+  planted marker (marked / hidden from the teacher / clean), with lines from a sample of
+  reference points to where the student put them; hovering a point shows its pair id and, for
+  runs that stored it, the start of the response's text.
 - :func:`umap_groups` / :func:`umap_movement` -- the point groups and movement lines it draws
   (the explorer draws them too).
 - :func:`projection_method` -- ``"UMAP"`` or ``"PCA"``: which map a run's table holds.
@@ -21,6 +23,7 @@ import plotly.graph_objects as go
 from anchorviz.viz.common import (
     BOTTOM_LEGEND,
     DOMAIN_COLORS,
+    OKABE_ITO,
     SIDE_COLORS,
     TEMPLATE,
     PathLike,
@@ -34,7 +37,8 @@ from anchorviz.viz.common import (
     split_sort_key,
 )
 
-__all__ = ["projection_method", "umap_figure", "umap_groups", "umap_movement"]
+__all__ = ["ARTIFACT_GROUPS", "COLOR_BY", "artifact_status", "projection_method", "umap_figure",
+           "umap_groups", "umap_movement"]
 
 _PROJECTION_COLUMNS = ("model", "layer", "split", "pair_id", "side", "x", "y")
 
@@ -57,16 +61,61 @@ def _projection_layer(proj: pd.DataFrame, layer: int | None) -> int:
     return int(layer)
 
 
+#: ``color_by`` values of :func:`umap_figure` / :func:`umap_groups`
+COLOR_BY = ("domain", "side", "artifact")
+#: the planted marker's groups: (label, colour), in drawing order
+ARTIFACT_GROUPS = {
+    "clean": ("clean pairs (no marker)", OKABE_ITO["blue"]),
+    "seen": ("marked, the teacher read the marker", OKABE_ITO["orange"]),
+    "hidden": ("marked, hidden from the teacher", OKABE_ITO["vermillion"]),
+    "marked": ("marked pairs", OKABE_ITO["vermillion"]),
+}
+
+
+def artifact_status(scores: pd.DataFrame) -> pd.DataFrame:
+    """``split, pair_id, artifact`` from a run's ``scores.parquet``: ``"clean"`` (no planted
+    marker), ``"seen"`` / ``"hidden"`` (marked; the teacher's copy did / did not carry it), or
+    ``"marked"`` when the teacher saw every marker. Raises ValueError when the table lacks the
+    ``artifact_side`` / ``artifact_seen`` columns (a run made before they were stored) or no
+    pair carries a marker."""
+    missing = [c for c in ("split", "pair_id", "artifact_side", "artifact_seen")
+               if c not in scores.columns]
+    if missing:
+        raise ValueError(f"scores.parquet lacks {missing}: colouring by the planted marker needs "
+                         "a run made since scores.parquet stores each pair's artifact_side / "
+                         "artifact_seen (older runs: colour by domain or side)")
+    side = scores["artifact_side"]
+    marked = side.notna() & side.astype(str).isin(["chosen", "rejected"])
+    if not marked.any():
+        raise ValueError("no pair of this run carries a planted marker (artifact_side is empty): "
+                         "nothing to colour by artefact")
+    hidden = marked & scores["artifact_seen"].astype("boolean").eq(False).fillna(False)
+    if hidden.any():  # the teacher read only some markers: tell those it missed apart
+        status = np.where(~marked, "clean", np.where(hidden, "hidden", "seen"))
+    else:
+        status = np.where(marked, "marked", "clean")
+    return pd.DataFrame({"split": scores["split"].astype(str).to_numpy(),
+                         "pair_id": scores["pair_id"].astype(str).to_numpy(),
+                         "artifact": status}).drop_duplicates(["split", "pair_id"])
+
+
 def umap_groups(proj: pd.DataFrame, layer: int | None = None, color_by: str = "domain",
-                target: str | None = None) -> list[dict[str, Any]]:
+                target: str | None = None, *,
+                scores: pd.DataFrame | None = None) -> list[dict[str, Any]]:
     """Point groups of a projection table for one layer: what one colour of the map shows.
 
     Returns a list of ``{"label", "color", "reference": DataFrame, "student": DataFrame}``:
     for ``color_by="domain"`` one group per split (source first, then targets, only ``target``
-    when given), for ``"side"`` one group per preference side (chosen, rejected).
+    when given), for ``"side"`` one group per preference side (chosen, rejected), for
+    ``"artifact"`` one group per :func:`artifact_status` of the pair (both responses of a pair
+    share it; needs the run's ``scores``): clean, marked and read by the teacher, marked and
+    hidden from it (or just "marked" when the teacher read every marker). Empty groups are
+    left out.
     """
-    if color_by not in ("domain", "side"):
-        raise ValueError(f"color_by must be 'domain' or 'side', got {color_by!r}")
+    if color_by not in COLOR_BY:
+        raise ValueError(f"color_by must be one of {list(COLOR_BY)}, got {color_by!r}")
+    if color_by == "artifact" and scores is None:
+        raise ValueError("color_by='artifact' needs the run's scores table (scores=)")
     _check_projection(proj, "")
     lay = _projection_layer(proj, layer)
     part = proj[proj["layer"] == lay]
@@ -84,6 +133,18 @@ def umap_groups(proj: pd.DataFrame, layer: int | None = None, color_by: str = "d
                            "color": DOMAIN_COLORS[i % len(DOMAIN_COLORS)],
                            "reference": part[sel & (model == "reference")],
                            "student": part[sel & (model == "student")]})
+    elif color_by == "artifact":
+        status = artifact_status(scores)
+        keyed = part.assign(_split=part["split"].astype(str), _pair=part["pair_id"].astype(str))
+        what = keyed.merge(status, left_on=["_split", "_pair"], right_on=["split", "pair_id"],
+                           how="left", suffixes=("", "_s"))["artifact"].fillna("clean")
+        what.index = part.index
+        for key, (label, color) in ARTIFACT_GROUPS.items():
+            sel = what == key
+            if sel.any():
+                groups.append({"label": label, "color": color,
+                               "reference": part[sel & (model == "reference")],
+                               "student": part[sel & (model == "student")]})
     else:
         for side, color in SIDE_COLORS.items():
             sel = part["side"] == side
@@ -118,11 +179,21 @@ def umap_movement(groups: Sequence[Mapping[str, Any]], n_lines: int = 150,
 
 
 def hover_custom(df: pd.DataFrame) -> np.ndarray:
+    """Per point: pair id, side, domain and ``"<br>"`` + the start of the response's text (the
+    projection table's ``text`` column, escaped; empty for runs made before it was stored)."""
+    import html
+
     dom = df["domain"] if "domain" in df.columns else df["split"]
-    return np.column_stack([df["pair_id"].astype(str), df["side"].astype(str), dom.astype(str)])
+    if "text" in df.columns:
+        text = ["" if pd.isna(t) else "<br>“" + html.escape(str(t)) + "”" for t in df["text"]]
+    else:
+        text = [""] * len(df)
+    return np.column_stack([df["pair_id"].astype(str), df["side"].astype(str), dom.astype(str),
+                            np.array(text, dtype=object)])
 
 
-UMAP_HOVER = "pair %{customdata[0]} (%{customdata[1]})<br>%{customdata[2]}<extra>%{fullData.name}</extra>"
+UMAP_HOVER = ("pair %{customdata[0]} (%{customdata[1]})<br>%{customdata[2]}%{customdata[3]}"
+              "<extra>%{fullData.name}</extra>")
 
 
 def _run_caption(run_dir: Path) -> str:
@@ -195,6 +266,7 @@ def umap_figure(
     max_points: int | None = None,
     seed: int = 0,
     title: str | None = None,
+    scores: pd.DataFrame | None = None,
 ) -> go.Figure:
     """Reference vs student hidden states of one run in one shared 2-D map.
 
@@ -204,8 +276,12 @@ def umap_figure(
     model puts each response and the student's points (filled diamonds) are where training
     moved them; grey lines join the two positions for a seeded sample of ``n_lines``
     responses. ``color_by="domain"`` colours source vs target domains (only ``target`` when
-    given), ``"side"`` chosen vs rejected responses. ``layer=None`` is the last projected
-    layer. ``max_points`` subsamples each group (seeded) for large runs.
+    given), ``"side"`` chosen vs rejected responses, ``"artifact"`` the planted marker's story:
+    clean pairs, marked pairs whose marker the teacher read and marked pairs hidden from it
+    (from the run's ``scores.parquet`` ``artifact_side`` / ``artifact_seen``, or ``scores``).
+    Hovering a point shows its pair id and, when the run stored it (``text``), the first
+    characters of the response. ``layer=None`` is the last projected layer. ``max_points``
+    subsamples each group (seeded) for large runs.
     """
     if projection is None:
         if run_dir is None:
@@ -213,7 +289,12 @@ def umap_figure(
         projection = load_run_table(run_dir, "projection")
     _check_projection(projection, str(run_dir or "passed as projection="))
     lay = _projection_layer(projection, layer)
-    groups = umap_groups(projection, lay, color_by, target)
+    if color_by == "artifact" and scores is None:
+        if run_dir is None:
+            raise ValueError("color_by='artifact' needs the run directory or its scores table "
+                             "(scores=)")
+        scores = load_run_table(run_dir, "scores")
+    groups = umap_groups(projection, lay, color_by, target, scores=scores)
     if max_points is not None:
         groups = [{**g, "reference": subsample(g["reference"], max_points, seed),
                    "student": subsample(g["student"], max_points, seed)} for g in groups]
