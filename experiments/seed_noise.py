@@ -102,7 +102,7 @@ def markdown(df: pd.DataFrame, s: dict, command: str, sizes: list[tuple[int, int
            "| seed | WRG | AOG | WRG - AOG | eval SD of WRG (source pairs) | eval SD of AOG "
            "(target pairs) |", "|---|---|---|---|---|---|"]
     for _, r in df.iterrows():
-        out.append(f"| {r['seed']} | {r['wrg']:+.1f} | {r['aog']:+.1f} | {r['gap']:+.1f} | "
+        out.append(f"| {int(r['seed'])} | {r['wrg']:+.1f} | {r['aog']:+.1f} | {r['gap']:+.1f} | "
                    f"{r['var_source'] ** 0.5:.2f} | {r['var_target'] ** 0.5:.2f} |")
     out += ["", f"{s['n_seeds']} seeds, {s['n_source']} source-test pairs, {s['n_target']} pairs "
             f"per target. WRG - AOG mean {s['mean_gap']:+.2f}, SD over seeds "
