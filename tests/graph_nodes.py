@@ -60,3 +60,18 @@ def sleep_long(kind: str, config: dict, out_dir: str) -> dict:
     if kind == "teacher":
         time.sleep(60)
     return {"kind": kind, "computed": True, "seconds": 60.0 if kind == "teacher" else 0.0}
+
+
+def die_or_sleep(kind: str, config: dict, out_dir: str) -> dict:
+    """A node whose config says ``die`` SIGKILLs its worker once every node has started; any
+    other sleeps a minute (for failure attribution: which worker died running what)."""
+    import signal
+
+    (Path(out_dir) / f"started-{kind}-{os.getpid()}").write_text(kind)
+    if config.get("die"):
+        deadline = time.time() + 120
+        while len(list(Path(out_dir).glob("started-*"))) < config["die"] and time.time() < deadline:
+            time.sleep(0.1)
+        os.kill(os.getpid(), signal.SIGKILL)
+    time.sleep(60)
+    return {"kind": kind, "computed": True, "seconds": 60.0}

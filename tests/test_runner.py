@@ -10,9 +10,9 @@ import pytest
 from graph_nodes import fail_teacher_of_seed_1, record
 from tiny_project import tiny_config
 
-from anchorviz.config import SweepConfig, expand_sweep
 from anchorviz.pipeline.runner import build_graph, default_jobs, run_graph
 from anchorviz.pipeline.sweep import sweep
+from anchorviz.sweep_config import SweepConfig, expand_sweep
 
 
 def _sweep(tmp_path, seeds=(0, 1)) -> SweepConfig:
@@ -165,7 +165,7 @@ def test_ctrl_c_stops_the_workers_at_once_without_their_tracebacks(tmp_path):
     script.write_text(
         "import sys\n"
         "from graph_nodes import sleep_long\n"
-        "from anchorviz.runner import Node, run_graph\n"
+        "from anchorviz.pipeline.runner import Node, run_graph\n"
         "if __name__ == '__main__':\n"
         "    nodes = [Node('a', 'teacher', {}), Node('b', 'teacher', {}),\n"
         "             Node('r', 'reference', {})]\n"

@@ -28,6 +28,7 @@ import multiprocessing
 import os
 import signal
 import socket
+import threading
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
@@ -154,11 +155,49 @@ def _quiet_exit(signum, frame) -> None:  # noqa: ARG001 - a signal handler's sig
     raise WorkerInterrupted(128 + signum)
 
 
-def _init_worker(threads: int) -> None:
+PARENT_POLL_S = 1.0  # how often a local worker checks that its driver is still alive
+_STARTED = None  # a local worker's queue of (pid, node id) to the driver (see `_tracked`)
+_ORPHANED = threading.Event()  # set in a local worker whose driver is gone
+
+
+def _watch_parent(parent: int) -> None:
+    """In a local worker: stop (as on Ctrl-C) once the driver process is gone (SIGKILLed, or
+    crashed), instead of finishing the node and then idling as an orphan; exit hard if the
+    node does not give the interpreter back within a minute."""
+    while os.getppid() == parent:
+        time.sleep(PARENT_POLL_S)
+    logger.warning("worker %d: the driver (pid %d) is gone; stopping", os.getpid(), parent)
+    _ORPHANED.set()  # `_tracked` exits once the node has given up (no driver to send it work)
+    os.kill(os.getpid(), signal.SIGINT)
+    time.sleep(60)
+    os._exit(128 + signal.SIGINT)
+
+
+def _tracked(execute: Callable[[str, dict, str], dict], node_id: str, kind: str, config: dict,
+             out_dir: str) -> dict:
+    """Run one node in a local worker after telling the driver which process runs it (so a
+    worker that dies is reported under its own node, not under another worker's)."""
+    if _STARTED is not None:
+        _STARTED.put((os.getpid(), node_id))
+    try:
+        return execute(kind, config, out_dir)
+    finally:
+        if _ORPHANED.is_set():  # nobody will read the result nor tell this process to exit
+            logging.shutdown()
+            os._exit(128 + signal.SIGINT)
+
+
+def _init_worker(threads: int, parent: int | None = None, started=None) -> None:
     # Ctrl-C reaches the whole process group: the driver reports it once and keeps the finished
     # runs; a worker stops at once without a traceback of its own (its half-written run is a
     # temporary folder that the store never reads and the next sweep removes)
     signal.signal(signal.SIGINT, _quiet_exit)
+    if parent is not None:  # a local worker: SIGTERM too, and stop when the driver is gone
+        global _STARTED
+        _STARTED = started
+        signal.signal(signal.SIGTERM, _quiet_exit)
+        threading.Thread(target=_watch_parent, args=(parent,), name="watch-driver",
+                         daemon=True).start()
     os.environ["OMP_NUM_THREADS"] = str(threads)
     os.environ["MKL_NUM_THREADS"] = str(threads)
     # numba (umap-learn) sizes its OpenMP pool from this, not from OMP_NUM_THREADS
@@ -383,14 +422,86 @@ def _log_done(node: Node, res: dict) -> None:
         logger.info("%s %s already finished in the store", node.kind, node.id)
 
 
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM to the driver: stopped as Ctrl-C stops it (the CLI's exit code 130)."""
+
+
+def _on_sigterm(signum, frame) -> None:  # noqa: ARG001 - a signal handler's signature
+    raise _Terminated(f"terminated (signal {signum})")
+
+
+def _exit_how(code: int | None) -> str:
+    if code is None:
+        return "still running"
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit code {code}"
+
+
+def _pool_failures(broken: list[Node], pid_of: dict[str, int], procs: dict,
+                   by_id: dict[str, Node]) -> tuple[list, list]:
+    """The errors ``(failed, stopped)`` of the nodes whose futures failed because the pool
+    broke: the node whose own worker died (not SIGTERMed by the pool, which stops the others
+    once one dies) is named as the failure; the others as stopped because of it."""
+    deadline = time.monotonic() + 5.0  # the pool reaps its processes: their exit codes follow
+    while time.monotonic() < deadline and any(
+            procs[pid_of[n.id]].exitcode is None for n in broken if pid_of.get(n.id) in procs):
+        time.sleep(0.05)
+    stopped = {None, 0, -signal.SIGTERM, 128 + signal.SIGTERM, 128 + signal.SIGINT}
+    last = {pid: nid for nid, pid in pid_of.items()}  # each worker's latest node (dict order)
+    culprits = [by_id[nid] for pid, nid in last.items()
+                if pid in procs and procs[pid].exitcode not in stopped]
+    dead = [n for n in broken if n in culprits]
+    if not culprits:  # no worker to blame: every one was stopped, or never reported its node
+        names = ", ".join(f"{n.kind} {n.id}" for n in broken)
+        return [(n, RuntimeError(
+            f"a worker process died while running one of: {names} (killed, or out of "
+            "memory?). Finished runs are kept; rerun to resume")) for n in broken], []
+    out: list[tuple[Node, BaseException]] = []
+    rest: list[tuple[Node, BaseException]] = []
+    for n in dead:
+        pid = pid_of[n.id]
+        err = RuntimeError(
+            f"the worker process (pid {pid}) running {n.kind} {n.id} died "
+            f"({_exit_how(procs[pid].exitcode)}; killed, or out of memory?). Finished runs "
+            "are kept; rerun to resume")
+        logger.error("%s", err)
+        out.append((n, err))
+    culprit = ", ".join(f"{n.kind} {n.id}" for n in culprits)
+    for n in broken:
+        if n not in dead:
+            logger.error("%s %s stopped: the worker running %s died", n.kind, n.id, culprit)
+            rest.append((n, RuntimeError(
+                f"{n.kind} {n.id} was stopped because the worker running {culprit} died")))
+    return out, rest
+
+
 def _run_pool(nodes, out_dir, jobs, threads, prog, results, execute) -> None:
     pending = list(nodes)
     done: set[str] = set()
     running: dict[Future, Node] = {}
     errors: list[tuple[Node, BaseException]] = []
     ctx = multiprocessing.get_context("spawn")  # no forked torch / thread state
+    started = ctx.SimpleQueue()  # (pid, node id): which worker runs which node
+    pid_of: dict[str, int] = {}
+    by_id = {n.id: n for n in nodes}
+    procs: dict[int, multiprocessing.process.BaseProcess] = {}
     ex = ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=_init_worker,
-                             initargs=(threads,))
+                             initargs=(threads, os.getpid(), started))
+    # SIGTERM (kill, a scheduler's time limit) stops the sweep as Ctrl-C does, workers included
+    old_term = None
+    if threading.current_thread() is threading.main_thread():
+        old_term = signal.signal(signal.SIGTERM, _on_sigterm)
+
+    def note_workers() -> None:
+        procs.update(getattr(ex, "_processes", None) or {})
+        while not started.empty():
+            pid, nid = started.get()
+            pid_of[nid] = pid
+
     try:
         while pending or running:
             if not errors:
@@ -398,21 +509,23 @@ def _run_pool(nodes, out_dir, jobs, threads, prog, results, execute) -> None:
                     if len(running) >= jobs:
                         break
                     if all(d in done for d in node.deps):
-                        running[ex.submit(execute, node.kind, node.config, out_dir)] = node
+                        running[ex.submit(_tracked, execute, node.id, node.kind, node.config,
+                                          out_dir)] = node
                         pending.remove(node)
                         prog.started(node)
+            note_workers()
             if not running:
                 break
             finished, _ = wait(list(running), timeout=1.0, return_when=FIRST_COMPLETED)
             prog.refresh()
+            note_workers()
+            broken: list[Node] = []
             for fut in finished:
                 node = running.pop(fut)
                 try:
                     results[node.id] = fut.result()
-                except BrokenProcessPool as err:
-                    errors.append((node, RuntimeError(
-                        f"a worker process died while running {node.kind} {node.id} (killed, or "
-                        f"out of memory?): {err}. Finished runs are kept; rerun to resume")))
+                except BrokenProcessPool:
+                    broken.append(node)
                 except BaseException as err:  # noqa: BLE001 - reported after the others finish
                     errors.append((node, err))
                     logger.error("%s %s failed: %s", node.kind, node.id, err)
@@ -420,11 +533,26 @@ def _run_pool(nodes, out_dir, jobs, threads, prog, results, execute) -> None:
                     done.add(node.id)
                     _log_done(node, results[node.id])
                 prog.finished(node, results.get(node.id))
-    except KeyboardInterrupt:
+            if broken:
+                failed, stopped = _pool_failures(broken, pid_of, procs, by_id)
+                errors[:0] = failed  # the node whose worker died is the error raised
+                errors.extend(stopped)
+    except KeyboardInterrupt as err:
+        note_workers()
         ex.shutdown(wait=False, cancel_futures=True)
+        # Ctrl-C reached the workers already (the process group); a SIGTERM only this process
+        for proc in procs.values() if isinstance(err, _Terminated) else ():
+            if proc.exitcode is None:
+                try:
+                    os.kill(proc.pid, signal.SIGINT)
+                except ProcessLookupError:
+                    pass
         raise
     finally:
         ex.shutdown(wait=True, cancel_futures=True)
+        started.close()
+        if old_term is not None:
+            signal.signal(signal.SIGTERM, old_term)
     if errors:
         skipped = len(pending)
         if skipped:
