@@ -118,6 +118,7 @@ def write_atomic(path: str | os.PathLike[str], write: Callable[[Path], object]) 
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         write(tmp)
+        apply_umask(tmp, 0o666)  # some writers (safetensors) create 0600: a plain file's mode
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)

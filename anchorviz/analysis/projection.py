@@ -105,9 +105,20 @@ def _as_states(X: Any, what: str) -> np.ndarray:
     return arr
 
 
-PROJECTION_FORMAT = 1  # bumped when the files written by SharedProjection.save change
+PROJECTION_FORMAT = 2  # bumped when the files written by SharedProjection.save change
 _PARAMS = ("method", "n_components", "pca_dim", "n_neighbors", "min_dist", "seed")
 _LOAD_ATOL = 1e-4  # refitted coordinates must match the stored ones this closely
+
+
+def array_sha256(arr: np.ndarray) -> str:
+    """Hex sha256 of an array's dtype, shape and bytes (C order): what ``projection.json``
+    records for each stored array, so an edit of any of them is seen on read."""
+    import hashlib
+
+    a = np.ascontiguousarray(arr)
+    h = hashlib.sha256(f"{a.dtype.str}{a.shape}".encode())
+    h.update(a.tobytes())
+    return h.hexdigest()
 
 
 class ProjectionMismatch(ValueError):
@@ -317,7 +328,8 @@ class SharedProjection:
         meta = {"format": PROJECTION_FORMAT, "params": {k: getattr(self, k) for k in _PARAMS},
                 "method_": self.method_, "fallback_reason_": self.fallback_reason_,
                 "n_features_in_": int(self.n_features_in_),
-                "umap_learn": getattr(umap_mod, "__version__", None) if umap_mod else None}
+                "umap_learn": getattr(umap_mod, "__version__", None) if umap_mod else None,
+                "sha256": {name: array_sha256(arr) for name, arr in arrays.items()}}
         write_atomic(folder / "projection.safetensors", lambda t: save_file(arrays, str(t)))
         write_atomic(folder / "projection.json", lambda t: t.write_text(json.dumps(meta, indent=1)))
         return folder
@@ -340,6 +352,20 @@ class SharedProjection:
         if meta.get("format") != PROJECTION_FORMAT:
             raise ProjectionMismatch(f"{folder}: projection format {meta.get('format')!r}, this "
                                      f"code reads {PROJECTION_FORMAT}")
+        # every array a caller reads (the extras too, e.g. the stored reference coordinates) must
+        # be the one written: the refit below checks only the embedding
+        want = meta.get("sha256")
+        got = {"fit_input": fit_input, "embedding": stored, **arrays}
+        if not isinstance(want, dict) or set(want) != set(got):
+            raise ProjectionMismatch(
+                f"{folder / 'projection.json'}: 'sha256' must map each array of "
+                f"projection.safetensors ({sorted(got)}) to its hash, got "
+                f"{sorted(want) if isinstance(want, dict) else want!r}")
+        changed = sorted(k for k, arr in got.items() if array_sha256(arr) != want[k])
+        if changed:
+            raise ProjectionMismatch(
+                f"{folder / 'projection.safetensors'}: array(s) {changed} differ from the "
+                f"sha256 recorded in projection.json (edited or corrupted)")
         proj = cls(**{k: params[k] for k in _PARAMS}).fit(fit_input)
         if proj.method_ != meta["method_"] or proj.embedding_.shape != stored.shape or not np.allclose(
                 proj.embedding_, stored, atol=_LOAD_ATOL, rtol=0):
