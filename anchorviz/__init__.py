@@ -41,6 +41,7 @@ _HOMES = {
                             "lambda_sweep_figure"],
     "anchorviz.viz.projection": ["umap_figure"],
     "anchorviz.viz.verdict": ["verdict_figure"],
+    "anchorviz.viz.cues": ["cue_reliance_figure"],
     "anchorviz.viz.training": ["UNINFORMATIVE_BELOW", "label_confidence_figure",
                                "loss_curve_figure"],
     "anchorviz.viz.export": ["export_figure"],

@@ -66,6 +66,7 @@ __all__ = [
     "TOLERANCE",
     "analyse",
     "analysis_data",
+    "cue_lines",
     "load_checkpoint_model",
     "ood_risk_table",
     "summary_lines",
@@ -601,6 +602,16 @@ def _accuracy(scores: pd.DataFrame, labelled: list[str], n_boot: int, seed: int)
     return accuracy_block(scores[scores["split"].isin(labelled)], n_boot, seed)
 
 
+def _cues(scores: pd.DataFrame, data: dict, labelled: list[str], n_boot: int, seed: int
+          ) -> dict:
+    """The pipeline's ``cues`` block (`anchorviz.pipeline.results.cue_block`) over the labelled
+    splits only: an unlabelled pair's order is not a preference."""
+    from anchorviz.pipeline.results import cue_block
+
+    lab = scores[scores["split"].isin(labelled)]
+    return cue_block(lab, {s: data[s] for s in labelled}, n_boot, seed)
+
+
 def _projection(ref_caps: dict, caps: dict, data: dict, method: str, fit_rows: int):
     from anchorviz.pipeline.steps import fit_shared_projection, projection_frame
 
@@ -714,6 +725,8 @@ def analyse(model: str, reference: str, source: Any, targets: list | tuple = (),
         return {"kind": "external", "method": f"checkpoint:{label}", "model": str(model),
                 "reference": str(reference), "checkpoint": _jsonable(ckpt.info),
                 "accuracy": _accuracy(scores, lab_splits, n_boot, seed),
+                # reliance on surface cues, on the labelled splits (as a trained run stores it)
+                "cues": _cues(scores, data, lab_splits, n_boot, seed),
                 "unlabelled": unl_splits, "seconds": time.perf_counter() - t0}
 
     res = run_guarded(store, run_id, key, body)
@@ -800,9 +813,39 @@ def ood_risk_table(out: str | Path, n_boot: int = 2000, min_runs: int = 4) -> pd
     return df
 
 
+def cue_lines(block: dict) -> list[str]:
+    """The ``cues`` block as ``anchorviz analyse`` prints it: per cue, on the source and the
+    targets pooled, how often the model prefers the cue's side where the cue favours the
+    REJECTED response (``100 - accuracy`` there, 95% interval, pairs); cues that never
+    disagree with the label there are named on one line."""
+    splits = [s for s in ("source_test", "ood") if s in block]
+    if not splits:
+        return []
+    lines = ["Surface cues: % of the pairs where the cue favours the rejected response on which "
+             "the model prefers the cue's side anyway (0 = never misled; 95% interval, pairs):"]
+    quiet = []
+    cues = list(dict.fromkeys(c for s in splits for c in block[s]))
+    for cue in cues:
+        parts = []
+        for s in splits:
+            d = ((block[s].get(cue) or {}).get("disagree") or {})
+            if d.get("n") and d.get("point") is not None:
+                name = "source" if s == "source_test" else "targets pooled"
+                parts.append(f"{name} {100 * (1 - d['point']):5.1f} [{100 * (1 - d['hi']):5.1f}, "
+                             f"{100 * (1 - d['lo']):5.1f}] n={d['n']}")
+        if parts:
+            lines.append(f"  {cue:10s} " + "   ".join(parts))
+        else:
+            quiet.append(cue)
+    if quiet:
+        lines.append("  never against the label here: " + ", ".join(quiet))
+    return lines
+
+
 def summary_lines(result: AnalyseResult) -> list[str]:
     """What ``anchorviz analyse`` prints: the reading of the checkpoint, accuracy per domain,
-    drift per domain at the last layer, the label-free estimates."""
+    the surface cues it follows (`cue_lines`), drift per domain at the last layer, the
+    label-free estimates."""
     m = result.metrics
     v = (m.get("checkpoint") or {}).get("verification") or {}
     ck = m.get("checkpoint") or {}
@@ -819,6 +862,7 @@ def summary_lines(result: AnalyseResult) -> list[str]:
         nm = {"source_test": "source", "ood": "targets pooled"}.get(split, split.split(":")[-1])
         lines.append(f"  {nm:16s} {100 * b['point']:5.1f}  [{100 * b['lo']:5.1f}, "
                      f"{100 * b['hi']:5.1f}]  n={b['n']}")
+    lines += cue_lines(m.get("cues") or {})
     drift = pd.read_parquet(result.run_dir / "drift.parquet")
     last = drift[drift["layer"] == drift["layer"].max()]
     lines.append(f"Drift from the base at the last layer ({int(last['layer'].iloc[0])}): "

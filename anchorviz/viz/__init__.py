@@ -14,6 +14,8 @@ touching the disk. One module per figure family:
   with and without the planted artefact, next to OOD), ``transfer_figure`` (WRG / AOG / NTS).
 - ``drift`` -- ``drift_by_layer_figure`` (CKA or cosine drift per layer and domain),
   ``drift_vs_ood_figure`` (Spearman rho with its bootstrap interval), ``lambda_sweep_figure``.
+- ``cues`` -- ``cue_reliance_figure``: how often each model prefers a surface cue's side
+  (length, refusal, format, the planted cues) where the cue disagrees with the label, per target.
 - ``projection`` -- ``umap_figure``: reference and student states of one run in one shared map.
 - ``training`` -- ``label_confidence_figure`` (the teacher's soft labels), ``loss_curve_figure``.
 - ``export`` -- ``export_figure`` (self-contained ``.html`` or static images) and paper style.

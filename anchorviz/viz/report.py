@@ -459,6 +459,7 @@ def _lead_figure(sweep_dir: Path, results: pd.DataFrame):
 
 def _figures(sweep_dir: Path, results: pd.DataFrame) -> list[tuple[str, object]]:
     from anchorviz.viz.accuracy import accuracy_figure, shortcut_figure, transfer_figure
+    from anchorviz.viz.cues import cue_reliance_figure, has_cue_blocks
     from anchorviz.viz.drift import (
         DRIFT_METRICS,
         drift_by_layer_figure,
@@ -484,6 +485,9 @@ def _figures(sweep_dir: Path, results: pd.DataFrame) -> list[tuple[str, object]]
         add("Shortcut or skill: ID accuracy on pairs with and without the artefact",
             lambda: shortcut_figure(results=results))
     add("Transfer scores (WRG, AOG, NTS)", lambda: transfer_figure(results=results))
+    if has_cue_blocks(sweep_dir, results["run_id"].tolist()):
+        add("Which cues each model follows, per target",
+            lambda: cue_reliance_figure(sweep_dir, results=results))
     have = _drift_columns(sweep_dir, results)
     cka = "cka_debiased" if "cka_debiased" in have else "cka"
     cos = "cosine_centred" if "cosine_centred_mean" in have else "cosine"
