@@ -4,7 +4,8 @@ The package is laid out by the stage a preference pair goes through (docs/ARCHIT
 ``data`` (load, split, artefact) -> ``models`` (reward model, tokenization, zoo) -> ``training``
 (losses, reference, the loop) -> ``analysis`` (capture, drift, projection, metrics, summaries)
 -> ``pipeline`` (store, steps, sweeps, the results table) -> ``viz`` (figures, widgets, report);
-``config`` holds the run and sweep configs and ``cli`` the command line.
+``config`` holds the run config, ``sweep_config`` the sweep config and ``cli`` the command
+line.
 
 Every name the README and the notebooks use is importable from here, loaded on first use
 (``import anchorviz`` stays cheap); each also lives in exactly one stage module, named in
@@ -20,8 +21,8 @@ __version__ = "0.2.0"  # also the package version (pyproject: dynamic); CHANGELO
 
 # name -> the module that holds it: the one documented entry point (README, notebooks)
 _HOMES = {
-    "anchorviz.config": ["RunConfig", "SweepConfig", "ConfigError", "load_config", "load_sweep",
-                         "with_overrides"],
+    "anchorviz.config": ["RunConfig", "ConfigError", "load_config", "with_overrides"],
+    "anchorviz.sweep_config": ["SweepConfig", "load_sweep"],
     "anchorviz.pipeline.sweep": ["run", "sweep"],
     "anchorviz.pipeline.results": ["results_table"],
     "anchorviz.pipeline.demo": ["DEFAULT_SCENARIO", "SCENARIOS", "demo_note", "demo_sweep"],

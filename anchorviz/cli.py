@@ -55,9 +55,9 @@ def demo_out(scenario: str, quick: bool) -> str:
 
 
 def cmd_demo(args) -> int:
-    from anchorviz.config import expand_sweep
     from anchorviz.pipeline.results import results_text
     from anchorviz.pipeline.sweep import sweep
+    from anchorviz.sweep_config import expand_sweep
 
     if args.out is None:
         args.out = demo_out(args.scenario, args.quick)
@@ -76,8 +76,8 @@ def cmd_demo(args) -> int:
                address=args.address)
     # the folder may also hold other scenarios' runs (another --scenario, the notebooks): the
     # table and the verdict are this demo's runs only
-    from anchorviz.config import expand_sweep
     from anchorviz.pipeline.runner import build_graph
+    from anchorviz.sweep_config import expand_sweep
 
     own = {n.id for n in build_graph(expand_sweep(sw)) if n.kind != "reference"}
     df = df[df["run_id"].isin(own)].reset_index(drop=True)
@@ -102,9 +102,7 @@ def cmd_run(args) -> int:
     from anchorviz.pipeline.results import results_table, results_text
     from anchorviz.pipeline.sweep import run
 
-    missing = _missing_config(args.config)
-    if missing:
-        print(f"error: {missing}", file=sys.stderr)
+    if not _config_exists(args.config):
         return EXIT_CONFIG
     cfg = apply_sets(load_config(args.config), args.set)
     run(cfg, args.out, jobs=args.jobs, threads=args.threads, backend=args.backend,
@@ -114,13 +112,11 @@ def cmd_run(args) -> int:
 
 
 def cmd_sweep(args) -> int:
-    from anchorviz.config import apply_sweep_sets, load_sweep
     from anchorviz.pipeline.results import results_text
     from anchorviz.pipeline.sweep import sweep
+    from anchorviz.sweep_config import apply_sweep_sets, load_sweep
 
-    missing = _missing_config(args.config)
-    if missing:
-        print(f"error: {missing}", file=sys.stderr)
+    if not _config_exists(args.config):
         return EXIT_CONFIG
     sw = apply_sweep_sets(load_sweep(args.config), args.set)
     df = sweep(sw, args.out, jobs=args.jobs, threads=args.threads, backend=args.backend,
@@ -413,12 +409,13 @@ def _example_configs() -> list[str]:
     return out + [str(f) for f in sorted((here / "configs").glob("*.yaml"))]
 
 
-def _missing_config(path: str) -> str | None:
-    """An error message naming the example configs when ``path`` is not a file, else None."""
+def _config_exists(path: str) -> bool:
+    """Whether ``path`` is a file; when not, an error on stderr naming the example configs."""
     if Path(path).is_file():
-        return None
-    return (f"config file {path} does not exist; example configs: "
-            + ", ".join(_example_configs()))
+        return True
+    print(f"error: config file {path} does not exist; example configs: "
+          + ", ".join(_example_configs()), file=sys.stderr)
+    return False
 
 
 def _version() -> str:

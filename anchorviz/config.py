@@ -1,10 +1,10 @@
-"""Run and sweep configs: the dataclasses, loading from YAML / dicts, validation, overrides.
+"""Run configs: the dataclasses, loading from YAML / dicts, validation, overrides.
 
 A `RunConfig` says everything one run computes from (data, models, method, the two training
 sections, capture); `RunConfig.validate` checks every value before anything loads or trains, so a
-bad setting fails at once with a `ConfigError` naming the key. A `SweepConfig` is a base config
-and a grid; `expand_sweep` turns it into the student configs of the grid. The pipeline that
-runs them is `anchorviz.pipeline` (`run`, `sweep`).
+bad setting fails at once with a `ConfigError` naming the key. ``--set key=value`` overrides go
+through `parse_sets` / `apply_sets`. Sweep configs (a base config and a grid) are
+`anchorviz.sweep_config`; the pipeline that runs them is `anchorviz.pipeline` (`run`, `sweep`).
 """
 
 from __future__ import annotations
@@ -34,7 +34,6 @@ __all__ = [
     "MethodConfig",
     "ModelsConfig",
     "RunConfig",
-    "SweepConfig",
     "model_shape",
     "TUNED_TRAIN",
     "check_dataset_entry",
@@ -42,13 +41,11 @@ __all__ = [
     "dataset_label",
     "dataset_path",
     "apply_sets",
-    "apply_sweep_sets",
-    "expand_sweep",
     "load_config",
-    "load_sweep",
     "normalise_dataset_entry",
     "parse_sets",
-    "sweep_from_dict",
+    "read_settings_file",
+    "set_dotted",
     "target_name",
     "with_overrides",
 ]
@@ -676,7 +673,7 @@ def config_from_dict(data: dict, where: str = "config") -> RunConfig:
     return _from_dict(RunConfig, data, where).validate()
 
 
-def _read_settings_file(path: str | Path, what: str, empty_hint: str) -> tuple[Any, Path]:
+def read_settings_file(path: str | Path, what: str, empty_hint: str) -> tuple[Any, Path]:
     """``(parsed YAML, path)`` of a config or sweep file; a missing, invalid or empty file is a
     `ConfigError` naming it (an empty file, or one of comments only, would otherwise start a
     long default run)."""
@@ -695,7 +692,7 @@ def _read_settings_file(path: str | Path, what: str, empty_hint: str) -> tuple[A
 
 
 def load_config(path: str | Path) -> RunConfig:
-    data, path = _read_settings_file(path, "config", "write the settings to change (or '{}' to "
+    data, path = read_settings_file(path, "config", "write the settings to change (or '{}' to "
                                      "run every default on purpose)")
     return config_from_dict(data, where=str(path))
 
@@ -752,85 +749,6 @@ def _names_a_path(name: str) -> bool:
     return Path(name).expanduser().exists() or looks_like_path(name)
 
 
-@dataclass
-class SweepConfig:
-    base: RunConfig
-    methods: list[str] = field(default_factory=lambda: ["naive", "anchor"])
-    anchor_lambdas: list[float] = field(default_factory=lambda: [0.1, 1.0])
-    anchor_layers: list[str] = field(default_factory=lambda: ["last"])
-    seeds: list[int] = field(default_factory=lambda: [0])
-    artifact_strengths: list[float] | None = None  # None: the base config's strength
-    # seeds on which the whole grid (every method, the ceiling) runs; on the other seeds only
-    # the naive student and its teacher, the runs the failure-mode verdict needs. None: every
-    # seed runs the whole grid
-    detail_seeds: list[int] | None = None
-
-
-def sweep_from_dict(d: dict, where: str = "sweep") -> SweepConfig:
-    if not isinstance(d, dict):
-        raise ConfigError(f"{where}: expected a mapping with 'base' and 'grid'")
-    if "overlay" in d:  # demo-quick.yaml, demo-echo.yaml: settings laid over another file
-        raise ConfigError(f"{where}: an overlay of {d.get('of', 'another file')}, not a sweep file "
-                          "on its own; `anchorviz demo` (--quick, --scenario) lays it over that "
-                          "file")
-    unknown = sorted(set(d) - {"base", "grid"})
-    if unknown:
-        raise ConfigError(f"{where}: unknown key(s) {unknown}; allowed: ['base', 'grid']")
-    base = config_from_dict(d.get("base") or {}, f"{where}.base")
-    grid = d.get("grid") or {}
-    allowed = {"methods", "anchor_lambdas", "anchor_layers", "seeds", "artifact_strengths",
-               "detail_seeds"}
-    unknown = sorted(set(grid) - allowed)
-    if unknown:
-        raise ConfigError(f"{where}.grid: unknown key(s) {unknown}; allowed: {sorted(allowed)}")
-    for k, v in grid.items():
-        if not isinstance(v, list) or not v:
-            raise ConfigError(f"{where}.grid.{k}: expected a non-empty list, got {v!r}")
-    sw = SweepConfig(base=base, **grid)
-    for m in sw.methods:
-        if m not in METHODS:
-            raise ConfigError(f"{where}.grid.methods: {m!r} is not one of {METHODS}")
-    for lam in sw.anchor_lambdas:
-        if not isinstance(lam, (int, float)) or not math.isfinite(lam) or lam < 0:
-            raise ConfigError(f"{where}.grid.anchor_lambdas: {lam!r} must be a finite number >= 0")
-    if sw.detail_seeds is not None:
-        extra = sorted(set(sw.detail_seeds) - set(sw.seeds))
-        if extra:
-            raise ConfigError(f"{where}.grid.detail_seeds: {extra} not among grid.seeds "
-                              f"{sw.seeds}; detail seeds are the seeds that also run the whole "
-                              "grid")
-    for c in expand_sweep(sw):  # validates every expanded config (layers, strengths ...)
-        c.validate()
-    return sw
-
-
-def load_sweep(path: str | Path) -> SweepConfig:
-    data, path = _read_settings_file(path, "sweep", "give 'base' and 'grid' (or '{}' to run "
-                                     "the default grid on purpose)")
-    return sweep_from_dict(data, str(path))
-
-
-def expand_sweep(sw: SweepConfig) -> list[RunConfig]:
-    """Every student config of the grid (teacher / ceiling are implied and shared). With
-    ``detail_seeds``, seeds outside it get only the naive student (and its teacher), no
-    ceiling."""
-    out = []
-    strengths = sw.artifact_strengths or [sw.base.data.artifact_strength]
-    detail = None if sw.detail_seeds is None else set(sw.detail_seeds)
-    for strength in strengths:
-        for seed in sw.seeds:
-            full = detail is None or seed in detail
-            for m in sw.methods if full else [m for m in sw.methods if m == "naive"]:
-                grid = ([(lam, lay) for lam in sw.anchor_lambdas for lay in sw.anchor_layers]
-                        if m == "anchor" else [(0.0, "last")])
-                for lam, lay in grid:
-                    out.append(with_overrides(sw.base, **{
-                        "seed": seed, "data.artifact_strength": float(strength),
-                        "method.name": m, "method.anchor_lambda": float(lam),
-                        "method.anchor_layers": lay, "ceiling": sw.base.ceiling and full}))
-    return out
-
-
 # overrides given as key=value strings (the command line's --set)
 
 
@@ -856,7 +774,7 @@ def parse_sets(items: list[str] | None) -> list[tuple[str, object]]:
     return out
 
 
-def _set_in(tree: dict, cls, key: str, value: object, root: str = "") -> None:
+def set_dotted(tree: dict, cls, key: str, value: object, root: str = "") -> None:
     """Set dotted ``key`` in ``tree`` (the ``asdict`` of dataclass ``cls``); a key that is not a
     setting is a `ConfigError` naming it (with the close matches and the section's keys). A
     free-form mapping setting (``models.student_lora``) takes any sub-key."""
@@ -902,32 +820,5 @@ def apply_sets(cfg, items: list[str] | None, where: str = "--set"):
         return cfg
     tree = cfg.to_dict()
     for key, value in sets:
-        _set_in(tree, RunConfig, key, value)
+        set_dotted(tree, RunConfig, key, value)
     return config_from_dict(tree, where=where)
-
-
-def apply_sweep_sets(sw, items: list[str] | None):
-    """A `SweepConfig` with ``--set`` overrides: a key names a setting of the base run config
-    (``method.anchor_lambda``, also written ``base.method.anchor_lambda``), or ``grid.<name>``
-    a list of the grid (``grid.seeds=[0,1,2]``)."""
-    import dataclasses
-
-
-    sets = parse_sets(items)
-    if not sets:
-        return sw
-    base = sw.base.to_dict()
-    grid = {f.name: getattr(sw, f.name) for f in dataclasses.fields(sw)
-            if f.name != "base" and getattr(sw, f.name) is not None}
-    for key, value in sets:
-        if key.startswith("grid."):
-            name = key[len("grid."):]
-            allowed = [f.name for f in dataclasses.fields(sw) if f.name != "base"]
-            if name not in allowed:
-                raise ConfigError(f"--set {key}: unknown grid key {name!r}. Known: "
-                                  f"{', '.join(allowed)}")
-            grid[name] = value if isinstance(value, list) else [value]
-        else:
-            prefix = "base." if key.startswith("base.") else ""
-            _set_in(base, RunConfig, key[len(prefix):], value, root=prefix)
-    return sweep_from_dict({"base": base, "grid": grid}, where="--set")

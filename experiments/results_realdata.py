@@ -21,9 +21,10 @@ from pathlib import Path
 
 from results_vader import markdown
 
-from anchorviz.config import RunConfig, SweepConfig
+from anchorviz.config import RunConfig
 from anchorviz.paths import realdata_dir
 from anchorviz.pipeline.sweep import sweep
+from anchorviz.sweep_config import SweepConfig
 
 # (source, target, split sizes: teacher_train, w2s_train, val, source_test, target_test)
 TRANSFERS = {

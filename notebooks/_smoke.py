@@ -28,10 +28,11 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from anchorviz.cli import build_parser
-from anchorviz.config import SweepConfig, expand_sweep, with_overrides
+from anchorviz.config import with_overrides
 from anchorviz.pipeline.demo import OVERLAYS, SCENARIOS, demo_sweep
 from anchorviz.pipeline.runner import build_graph
 from anchorviz.pipeline.sweep import sweep
+from anchorviz.sweep_config import SweepConfig, expand_sweep
 
 Sweeps = SweepConfig | Sequence[SweepConfig]
 

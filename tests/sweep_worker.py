@@ -181,8 +181,8 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     torch.set_num_threads(args.threads)
-    from anchorviz.config import load_sweep
     from anchorviz.pipeline.sweep import sweep
+    from anchorviz.sweep_config import load_sweep
 
     log = EventLog(args.log)
     install_hooks(log, args.kill, args.reverse)

@@ -10,9 +10,10 @@ import yaml
 from tiny_project import save_tiny_model, tiny_config
 
 from anchorviz.cli import EXIT_CONFIG, EXIT_OK, build_parser, main
-from anchorviz.config import ConfigError, RunConfig, expand_sweep, target_name, with_overrides
+from anchorviz.config import ConfigError, RunConfig, target_name, with_overrides
 from anchorviz.pipeline.demo import demo_sweep
 from anchorviz.pipeline.prepare import data_config, prepare_data
+from anchorviz.sweep_config import expand_sweep
 
 
 def _no_work(monkeypatch, seen: dict | None = None):

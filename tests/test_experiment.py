@@ -11,20 +11,13 @@ import yaml
 from conftest import write_yaml_text
 from tiny_project import tiny_config
 
-from anchorviz.config import (
-    ConfigError,
-    RunConfig,
-    SweepConfig,
-    config_from_dict,
-    load_config,
-    load_sweep,
-    with_overrides,
-)
+from anchorviz.config import ConfigError, RunConfig, config_from_dict, load_config, with_overrides
 from anchorviz.pipeline.keys import reference_key
 from anchorviz.pipeline.prepare import data_config, prepare_data, protocol_report
 from anchorviz.pipeline.results import artifact_accuracy
-from anchorviz.pipeline.steps import _load
+from anchorviz.pipeline.steps import load_backbone
 from anchorviz.pipeline.sweep import run, sweep
+from anchorviz.sweep_config import SweepConfig, load_sweep
 
 
 def test_one_run_writes_the_documented_layout(tmp_path, count_training):
@@ -95,13 +88,28 @@ def test_config_errors_name_the_key(tmp_path):
 
 
 def test_example_configs_load():
-    from anchorviz.config import expand_sweep, load_config, load_sweep
+    from anchorviz.config import load_config
     from anchorviz.paths import REPO_ROOT
+    from anchorviz.sweep_config import expand_sweep, load_sweep
 
     cfg = load_config(REPO_ROOT / "configs" / "run.yaml")
     assert cfg.method.name == "anchor" and cfg.student_train.head_lr == pytest.approx(2e-3)
     configs = expand_sweep(load_sweep(REPO_ROOT / "configs" / "sweep.yaml"))
     assert len(configs) == 2 * 3 * (1 + 1 + 2 * 2)  # strengths x seeds x (naive, confidence, 4 anchor)
+
+
+def test_run_and_sweep_configs_load_without_torch():
+    """Importing the config modules is cheap (the CLI's --help, a notebook's first cell):
+    neither imports torch or the training modules at load."""
+    import subprocess
+    import sys
+
+    code = ("import sys, anchorviz.config, anchorviz.sweep_config\n"
+            "print(sorted(m for m in sys.modules if m == 'torch' or "
+            "m.startswith('anchorviz.training')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout.splitlines()
+    assert out[-1] == "[]", out
 
 
 def test_seam_runs_through_the_pipeline_with_a_generative_student(tmp_path):
@@ -342,10 +350,10 @@ def test_trust_remote_code_is_false_unless_the_config_says_so(
         monkeypatch.setattr(cls, "from_pretrained", classmethod(spy))
     cfg = tiny_config(tmp_path)
     assert cfg.models.trust_remote_code is False and RunConfig().models.trust_remote_code is False
-    _load(cfg, "student")
+    load_backbone(cfg, "student")
     assert seen == [("AutoTokenizer", False, None), ("AutoModel", False, True)]
     seen.clear()
-    _load(with_overrides(cfg, **{"models.trust_remote_code": True}), "teacher")
+    load_backbone(with_overrides(cfg, **{"models.trust_remote_code": True}), "teacher")
     assert [s[1] for s in seen] == [True, True]
 
 

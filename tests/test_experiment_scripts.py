@@ -25,9 +25,9 @@ def test_anchor_scale_reads_the_stored_histories(tmp_path):
     import pandas as pd
     from tiny_project import tiny_config
 
-    from anchorviz.config import SweepConfig
     from anchorviz.pipeline.results import results_table
     from anchorviz.pipeline.sweep import sweep
+    from anchorviz.sweep_config import SweepConfig
 
     base = tiny_config(tmp_path)
     base.ceiling = False

@@ -29,13 +29,14 @@ from tiny_project import tiny_config
 
 import anchorviz.training.loop as train_mod
 from anchorviz.cli import EXIT_OK, EXIT_TRAIN, main
-from anchorviz.config import expand_sweep, load_sweep, with_overrides
+from anchorviz.config import with_overrides
 from anchorviz.pipeline.keys import run_id_for, student_key
 from anchorviz.pipeline.prepare import _DATA_CACHE, data_config, prepare_data
 from anchorviz.pipeline.results import results_table
 from anchorviz.pipeline.steps import _PROJECTORS, RunResult, run_student
 from anchorviz.pipeline.store import MANIFEST, RunStore, StoreError
 from anchorviz.pipeline.sweep import run, sweep
+from anchorviz.sweep_config import expand_sweep, load_sweep
 from anchorviz.training.loop import train_reward_model
 from anchorviz.training.losses import NonFiniteLossError
 
@@ -245,14 +246,22 @@ def test_sigkill_at_many_points_then_resume_gives_the_uninterrupted_results(
 # --------------------------------------------------------------------------- corruption
 
 
-def test_corrupted_files_in_several_runs_are_redone_not_read(
-        project: tuple[Path, Path], reference: tuple[Path, pd.DataFrame], tmp_path: Path,
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    _, sweep_yaml = project
+def _copy_of_reference(reference: tuple[Path, pd.DataFrame],
+                       tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    """A copy of the reference sweep folder (copy2 keeps mtimes: the copy reads as cheaply)
+    and its run ids by kind."""
     ref_dir, ref_table = reference
     out = tmp_path / "copy"
     shutil.copytree(ref_dir, out)
-    by_kind = {r.split("-")[0]: r for r in ref_table["run_id"]}
+    return out, {r.split("-")[0]: r for r in ref_table["run_id"]}
+
+
+def test_corrupted_files_in_several_runs_are_redone_not_read(
+        project: tuple[Path, Path], reference: tuple[Path, pd.DataFrame], tmp_path: Path,
+        count_training: list) -> None:
+    _, sweep_yaml = project
+    ref_table = reference[1]
+    out, by_kind = _copy_of_reference(reference, tmp_path)
     runs = out / "runs"
     flip_byte(runs / by_kind["teacher"] / "metrics.json")  # same size, one bit differs
     (runs / by_kind["ceiling"] / MANIFEST).write_text("{not json")
@@ -271,16 +280,8 @@ def test_corrupted_files_in_several_runs_are_redone_not_read(
     # not read: the table lists only the intact run
     assert results_table(out)["run_id"].tolist() == [by_kind["naive"]]
 
-    trained: list[str] = []
-    real = train_reward_model
-
-    def counting(*a, **k):
-        trained.append(k.get("desc"))
-        return real(*a, **k)
-
-    monkeypatch.setattr("anchorviz.pipeline.steps.train_reward_model", counting)
     table = sweep(load_sweep(sweep_yaml), out)
-    assert sorted(trained) == sorted(["teacher", by_kind["ceiling"], by_kind["anchor"]])
+    assert sorted(count_training) == sorted(["teacher", by_kind["ceiling"], by_kind["anchor"]])
     compare_tables(table, ref_table)
     assert_store_complete(out, set(ref_table["run_id"]))
     assert json.loads((ref_capture / "DONE.json").read_text())["hash"]  # recomputed
@@ -288,12 +289,10 @@ def test_corrupted_files_in_several_runs_are_redone_not_read(
 
 def test_a_teacher_file_changed_with_its_mtime_restored_is_caught_before_a_student_reads_it(
         project: tuple[Path, Path], reference: tuple[Path, pd.DataFrame], tmp_path: Path,
-        monkeypatch: pytest.MonkeyPatch) -> None:
+        count_training: list) -> None:
     _, sweep_yaml = project
-    ref_dir, ref_table = reference
-    out = tmp_path / "copy"
-    shutil.copytree(ref_dir, out)  # copy2 keeps mtimes: the copy reads as cheaply
-    by_kind = {r.split("-")[0]: r for r in ref_table["run_id"]}
+    ref_table = reference[1]
+    out, by_kind = _copy_of_reference(reference, tmp_path)
     runs = out / "runs"
     labels = runs / by_kind["teacher"] / "labels.parquet"
     st = labels.stat()
@@ -309,17 +308,9 @@ def test_a_teacher_file_changed_with_its_mtime_restored_is_caught_before_a_stude
         run_student(store, cfg, prepare_data(data_config(cfg)), teacher=teacher)
     assert store.manifest(by_kind["naive"])["status"] == "failed"
 
-    trained: list[str] = []
-    real = train_reward_model
-
-    def counting(*a, **k):
-        trained.append(k.get("desc"))
-        return real(*a, **k)
-
-    monkeypatch.setattr("anchorviz.pipeline.steps.train_reward_model", counting)
     # the next sweep hashes what students read from the teacher: it redoes the teacher
     table = sweep(load_sweep(sweep_yaml), out)
-    assert sorted(trained) == sorted(["teacher", by_kind["naive"]])
+    assert sorted(count_training) == sorted(["teacher", by_kind["naive"]])
     compare_tables(table, ref_table)
     assert_store_complete(out, set(ref_table["run_id"]))
 

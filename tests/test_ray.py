@@ -17,10 +17,10 @@ ray = pytest.importorskip("ray", reason="the Ray backend tests need ray: "
 
 from tiny_project import tiny_config  # noqa: E402
 
-from anchorviz.config import SweepConfig, expand_sweep  # noqa: E402
 from anchorviz.pipeline.runner import build_graph, node_resources, run_graph  # noqa: E402
 from anchorviz.pipeline.store import RunStore  # noqa: E402
 from anchorviz.pipeline.sweep import sweep  # noqa: E402
+from anchorviz.sweep_config import SweepConfig, expand_sweep  # noqa: E402
 
 COLS = ["run_id", "acc_id", "acc_ood", "wrg", "aog", "nts", "pgr", "drift_cos_target",
         "drift_cka_target", "acc_val"]

@@ -25,7 +25,7 @@ from anchorviz.models import (
     save_checkpoint,
 )
 from anchorviz.pipeline.prepare import data_config, eval_splits, prepare_data
-from anchorviz.pipeline.steps import _encode
+from anchorviz.pipeline.steps import encode_run_pairs
 from anchorviz.pipeline.store import load_run_model
 from anchorviz.pipeline.sweep import run
 from anchorviz.training.loop import score_pairs
@@ -39,7 +39,7 @@ def _rescored(run_dir, cfg):
     data = prepare_data(data_config(cfg))
     out = {}
     for split in eval_splits(data):
-        enc = _encode(tok, data[split], cfg)
+        enc = encode_run_pairs(tok, data[split], cfg)
         rc, rr = score_pairs(model, enc, batch_size=cfg.capture.batch_size)
         out[split] = (enc.pair_ids, rc, rr)
     return out

@@ -12,7 +12,7 @@ import pytest
 from tiny_project import save_tiny_model, tiny_config
 
 from anchorviz import paths
-from anchorviz.config import RunConfig, expand_sweep
+from anchorviz.config import RunConfig
 from anchorviz.models import zoo
 from anchorviz.models.convert import CONVERTERS
 from anchorviz.pipeline.demo import demo_sweep
@@ -26,6 +26,7 @@ from anchorviz.pipeline.keys import (
 from anchorviz.pipeline.prepare import _DATA_CACHE
 from anchorviz.pipeline.results import results_table
 from anchorviz.pipeline.sweep import run
+from anchorviz.sweep_config import expand_sweep
 
 
 def _invert_labels(path: Path) -> None:

@@ -11,17 +11,12 @@ import yaml
 from tiny_project import tiny_config, write_pairs
 
 from anchorviz.cli import EXIT_CONFIG, main
-from anchorviz.config import (
-    ConfigError,
-    config_from_dict,
-    expand_sweep,
-    target_name,
-    with_overrides,
-)
+from anchorviz.config import ConfigError, config_from_dict, target_name, with_overrides
 from anchorviz.pipeline.keys import student_key, teacher_key
 from anchorviz.pipeline.prepare import data_config, prepare_data, protocol_report
 from anchorviz.pipeline.results import base_config_columns, results_table
 from anchorviz.pipeline.sweep import run
+from anchorviz.sweep_config import expand_sweep
 
 
 def test_a_target_that_is_the_source_is_refused_before_any_work(tmp_path, monkeypatch, capsys):

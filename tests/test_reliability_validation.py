@@ -12,8 +12,9 @@ import yaml
 from tiny_project import tiny_config
 
 from anchorviz.cli import EXIT_CONFIG, main
-from anchorviz.config import ConfigError, config_from_dict, load_config, load_sweep
+from anchorviz.config import ConfigError, config_from_dict, load_config
 from anchorviz.pipeline.sweep import run
+from anchorviz.sweep_config import load_sweep
 
 BAD_VALUES = [
     # (section, key, value, what the message must say)

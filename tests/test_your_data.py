@@ -75,9 +75,10 @@ def test_the_demo_reads_its_settings_file_and_keeps_its_run_ids():
     those of the stores behind docs/RESULTS.md (the pre-registered check of issue 28: seeds 0-4
     at 1,500 / 1,000 evaluation pairs, the pilot store): a teacher and a naive student per seed,
     ANCHOR and the ceiling on seed 0 only."""
-    from anchorviz.config import ConfigError, RunConfig, expand_sweep, load_sweep
+    from anchorviz.config import ConfigError, RunConfig
     from anchorviz.pipeline.demo import demo_file, demo_sweep
     from anchorviz.pipeline.keys import student_key
+    from anchorviz.sweep_config import expand_sweep, load_sweep
 
     sw = demo_sweep()
     assert sw == load_sweep(demo_file())  # the file is the demo, and a plain sweep file

@@ -113,7 +113,8 @@ def demo_sweep(strength: float = 0.8, seeds: tuple[int, ...] | None = None, quic
     one of the `SCENARIOS` (``visibility`` overrides the scenario's teacher visibility of the
     marker; ``strength`` the fraction of marked source pairs). ``seeds`` None: the file's
     (five; one with ``quick``); given, the first of them is the one with the whole grid."""
-    from anchorviz.config import ConfigError, sweep_from_dict  # torch: only when used
+    from anchorviz.config import ConfigError  # torch: only when used
+    from anchorviz.sweep_config import sweep_from_dict
 
     if scenario not in SCENARIOS:
         raise ConfigError(f"--scenario must be one of {sorted(SCENARIOS)}, got {scenario!r}")

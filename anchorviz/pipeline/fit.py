@@ -32,11 +32,11 @@ from anchorviz.config import RunConfig, TrainConfig
 from anchorviz.pipeline.keys import TRAINING_CODE_VERSION, local_inputs
 from anchorviz.pipeline.steps import (
     RunResult,
-    _encode,
-    _load,
-    _seeded,
     anchor_reference,
+    encode_run_pairs,
+    load_backbone,
     run_guarded,
+    seeded_train,
 )
 from anchorviz.pipeline.store import RunStore, config_hash
 from anchorviz.training.loop import Objective, score_pairs, train_reward_model
@@ -102,7 +102,7 @@ def fit_key(cfg: RunConfig, role: str, train: pd.DataFrame, targets: np.ndarray,
            "dropout": m.teacher_dropout if role == "teacher" else m.student_dropout,
            "lora": m.student_lora if role == "student" else None, "dtype": m.dtype,
            "seed": cfg.seed, "max_length": cfg.data.max_length,
-           "train": asdict(_seeded(train_config, cfg)), "objective": obj,
+           "train": asdict(seeded_train(train_config, cfg)), "objective": obj,
            "reference": cfg.method.reference if anchored else None,
            "score_batch_size": cfg.capture.batch_size,
            "pairs": pairs_digest(train), "targets": _targets_digest(t),
@@ -173,18 +173,18 @@ def fit_and_score(store: RunStore | str | Path, cfg: RunConfig, role: str, train
         train_config = cfg.teacher_train if role == "teacher" else cfg.student_train
     key = fit_key(cfg, role, train, targets, splits, train_config, objective, anchor_layers)
     t = np.asarray(targets, dtype=np.float64)
-    tc = _seeded(train_config, cfg)
+    tc = seeded_train(train_config, cfg)
     run_id = f"fit-{role}-{config_hash(key)}"
 
     def body(tmp: Path) -> dict:
         t0 = time.perf_counter()
-        model, tok = _load(cfg, role)
+        model, tok = load_backbone(cfg, role)
         obj = objective
         if anchor_layers is not None:
             layers = (resolve_anchor_layers(anchor_layers, model.n_layers)
                       if objective.anchor_lambda > 0 else [])
             obj = dataclasses.replace(objective, anchor_layers=layers)
-        enc = _encode(tok, train, cfg)
+        enc = encode_run_pairs(tok, train, cfg)
         reference = anchor_reference(model, obj, enc, cfg)[0] if obj.anchored else None
         try:
             res = train_reward_model(model, enc, t, tc, objective=obj, reference=reference,
@@ -195,7 +195,7 @@ def fit_and_score(store: RunStore | str | Path, cfg: RunConfig, role: str, train
         res.history.to_parquet(tmp / "history.parquet")
         frames, accuracy = [], {}
         for split, df in splits.items():
-            s_enc = _encode(tok, df, cfg)
+            s_enc = encode_run_pairs(tok, df, cfg)
             rc, rr = score_pairs(model, s_enc, batch_size=cfg.capture.batch_size,
                                  device=tc.device)
             frames.append(pd.DataFrame({"split": split, "pair_id": s_enc.pair_ids,

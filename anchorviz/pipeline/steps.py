@@ -55,13 +55,16 @@ __all__ = [
     "TEACHER_OUTPUTS",
     "RunResult",
     "anchor_reference",
+    "encode_run_pairs",
     "ensure_reference_capture",
     "ensure_teacher",
     "evaluate_model",
     "fit_shared_projection",
+    "load_backbone",
     "projection_frame",
     "reference_capture_stored",
     "run_student",
+    "seeded_train",
     "soft_labels",
 ]
 
@@ -70,13 +73,15 @@ def _dtype(cfg: RunConfig):
     return torch.bfloat16 if cfg.models.dtype == "bfloat16" else None
 
 
-def _seeded(train: TrainConfig, cfg: RunConfig) -> TrainConfig:
+def seeded_train(train: TrainConfig, cfg: RunConfig) -> TrainConfig:
     """The training settings with the run's seed folded in (shuffling, dropout): runs of a
     sweep's ``seeds`` grid differ; seed 0 keeps ``train.seed`` unchanged."""
     return dataclasses.replace(train, seed=train.seed + cfg.seed)
 
 
-def _load(cfg: RunConfig, which: str):
+def load_backbone(cfg: RunConfig, which: str):
+    """``(model, tokenizer)`` of the config's teacher (``which="teacher"``) or student: its
+    pooling, dtype, dropout and (student only) LoRA settings, torch seeded with ``cfg.seed``."""
     from anchorviz.models.reward_model import load_reward_model
 
     m = cfg.models
@@ -88,7 +93,9 @@ def _load(cfg: RunConfig, which: str):
                              trust_remote_code=m.trust_remote_code, dropout=dropout, lora=lora)
 
 
-def _encode(tok, df: pd.DataFrame, cfg: RunConfig):
+def encode_run_pairs(tok, df: pd.DataFrame, cfg: RunConfig):
+    """A pair table encoded for the model (`anchorviz.models.tokenization.encode_pairs`) at the
+    config's ``data.max_length``."""
     from anchorviz.models.tokenization import encode_pairs
 
     return encode_pairs(tok, df, max_length=cfg.data.max_length)
@@ -103,7 +110,7 @@ def evaluate_model(model, tok, data, cfg: RunConfig, capture: bool):
     rows, caps = [], {}
     dev = cfg.student_train.device
     for split in eval_splits(data):
-        enc = _encode(tok, data[split], cfg)
+        enc = encode_run_pairs(tok, data[split], cfg)
         if capture:
             cap = capture_states(model, enc, layers=resolve_capture_layers(model, cfg.capture.layers),
                                  batch_size=cfg.capture.batch_size, device=dev,
@@ -160,12 +167,12 @@ def ensure_reference_capture(store, cfg: RunConfig, data) -> dict:
                 return {s: load_captured(folder / f"{_fname(s)}.safetensors") for s in splits}
             except Exception as err:  # corrupted: recompute
                 logger.warning("reference capture %s unreadable (%s): recomputing", name, err)
-        model, tok = _load(cfg, "student")
+        model, tok = load_backbone(cfg, "student")
         caps = {}
         for s in splits:
             from anchorviz.analysis.capture import capture_states, resolve_capture_layers
 
-            enc = _encode(tok, data[s], cfg)
+            enc = encode_run_pairs(tok, data[s], cfg)
             caps[s] = capture_states(model, enc, layers=resolve_capture_layers(model, cfg.capture.layers),
                                      batch_size=cfg.capture.batch_size,
                                      device=cfg.student_train.device, desc=f"reference {s}")
@@ -369,12 +376,12 @@ def ensure_teacher(store, cfg: RunConfig, data) -> RunResult:
 
     def body(tmp: Path) -> dict:
         t0 = time.perf_counter()
-        model, tok = _load(cfg, "teacher")
-        train = _encode(tok, data["teacher_train"], cfg)
-        val = _encode(tok, data["val"], cfg)
-        res = train_reward_model(model, train, np.ones(len(train)), _seeded(cfg.teacher_train, cfg),
+        model, tok = load_backbone(cfg, "teacher")
+        train = encode_run_pairs(tok, data["teacher_train"], cfg)
+        val = encode_run_pairs(tok, data["val"], cfg)
+        res = train_reward_model(model, train, np.ones(len(train)), seeded_train(cfg.teacher_train, cfg),
                                  val=val, desc="teacher")
-        w2s = _encode(tok, data["w2s_train"], cfg)
+        w2s = encode_run_pairs(tok, data["w2s_train"], cfg)
         rc, rr = score_pairs(model, w2s, batch_size=cfg.capture.batch_size,
                              device=cfg.teacher_train.device)
         margin = rc - rr
@@ -449,7 +456,7 @@ def _seam_labels(store, cfg: RunConfig, data, teacher: RunResult, q: np.ndarray,
     if not any(k.startswith("backbone.") for k in state):
         raise RuntimeError(f"teacher run {teacher.run_id} saved only its head; SEAM needs the "
                            "trained teacher: delete that run directory and rerun")
-    tmodel, ttok = _load(cfg, "teacher")
+    tmodel, ttok = load_backbone(cfg, "teacher")
     load_trainable_state(tmodel, state)
     dev = cfg.teacher_train.device
     tmodel.to(dev)
@@ -495,9 +502,9 @@ def run_student(store, cfg: RunConfig, data, kind: str = "student",
 
     def body(tmp: Path) -> dict:
         t0 = time.perf_counter()
-        model, tok = _load(cfg, "student")
-        train = _encode(tok, data["w2s_train"], cfg)
-        val = _encode(tok, data["val"], cfg)
+        model, tok = load_backbone(cfg, "student")
+        train = encode_run_pairs(tok, data["w2s_train"], cfg)
+        val = encode_run_pairs(tok, data["val"], cfg)
         info: dict[str, Any] = {"kind": kind, "model": cfg.models.student}
         # the teacher's scores (and, for a student, its labels) are read below
         _require_intact(teacher, ("scores.parquet",) if kind == "ceiling" else TEACHER_OUTPUTS)
@@ -530,7 +537,7 @@ def run_student(store, cfg: RunConfig, data, kind: str = "student",
         if objective.anchored:
             reference, info["reference"] = anchor_reference(model, objective, train, cfg)
         try:
-            res = train_reward_model(model, train, q, _seeded(cfg.student_train, cfg), objective=objective,
+            res = train_reward_model(model, train, q, seeded_train(cfg.student_train, cfg), objective=objective,
                                      reference=reference, val=val, val_targets=val_q, desc=run_id)
         finally:
             if reference is not None:

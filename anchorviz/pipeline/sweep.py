@@ -16,10 +16,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from anchorviz.config import RunConfig, SweepConfig, expand_sweep
+from anchorviz.config import RunConfig
 from anchorviz.pipeline import steps
 from anchorviz.pipeline.prepare import data_config, prepare_data
 from anchorviz.pipeline.results import results_table
+from anchorviz.sweep_config import SweepConfig, expand_sweep
 
 __all__ = [
     "run",
