@@ -203,7 +203,7 @@ def test_a_target_overlapping_the_source_loses_its_overlap_and_says_how_much(tmp
     own = write_pairs(tmp_path / "own.jsonl", 40, seed=9, domain="book").read_text().splitlines()
     target = tmp_path / "overlapping.jsonl"
     target.write_text("\n".join(shared + own) + "\n")
-    over = with_overrides(cfg, **{"data.targets": [str(target)], "data.target_test": 200})
+    over = with_overrides(cfg, **{"data.targets": [str(target)], "data.target_test": "all"})
     data = prepare_data(data_config(over))
     (name,) = [k for k in data if k.startswith("target_test:")]
     seen = set().union(*(set(data[s]["prompt"]) for s in ("teacher_train", "w2s_train", "val")))
@@ -211,7 +211,7 @@ def test_a_target_overlapping_the_source_loses_its_overlap_and_says_how_much(tmp
     expected = sum(json.loads(line)["prompt"] in seen for line in shared)
     assert 0 < expected < 60
     assert protocol_report(data) == {name: expected}
-    assert len(data[name]) == 100 - expected  # all that is left (clipped from the 200 asked)
+    assert len(data[name]) == 100 - expected  # all that is left ("all": every usable pair)
 
 
 def test_target_modes_plant_the_cue_in_the_targets_only(tmp_path):
