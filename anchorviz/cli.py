@@ -99,7 +99,7 @@ def _write_report(out: str | Path, path: str | Path | None = None,
 
 def cmd_run(args) -> int:
     from anchorviz.config import apply_sets, load_config
-    from anchorviz.pipeline.results import results_table, results_text
+    from anchorviz.pipeline.results import results_table
     from anchorviz.pipeline.sweep import run
 
     if not _config_exists(args.config):
@@ -107,21 +107,33 @@ def cmd_run(args) -> int:
     cfg = apply_sets(load_config(args.config), args.set)
     run(cfg, args.out, jobs=args.jobs, threads=args.threads, backend=args.backend,
         address=args.address)
-    print(results_text(results_table(args.out)))
+    _print_current(results_table(args.out), [cfg], args.out)
     return EXIT_OK
 
 
-def cmd_sweep(args) -> int:
+def _print_current(df, configs: list, out: str) -> None:
+    """The results rows of the runs of ``configs`` (the grid just run); rows of other run ids
+    in the folder (older inputs, another grid) are left out, and counted in a note."""
+    from anchorviz.pipeline.expected import current_rows, run_ids_of
     from anchorviz.pipeline.results import results_text
+
+    cur, stale = current_rows(df, run_ids_of(configs))
+    print(results_text(cur))
+    if stale:
+        print(f"({stale} older row(s) in {Path(out) / 'results.parquet'} are not from this "
+              "config's current run ids (inputs changed, or another config) and are not shown)")
+
+
+def cmd_sweep(args) -> int:
     from anchorviz.pipeline.sweep import sweep
-    from anchorviz.sweep_config import apply_sweep_sets, load_sweep
+    from anchorviz.sweep_config import apply_sweep_sets, expand_sweep, load_sweep
 
     if not _config_exists(args.config):
         return EXIT_CONFIG
     sw = apply_sweep_sets(load_sweep(args.config), args.set)
     df = sweep(sw, args.out, jobs=args.jobs, threads=args.threads, backend=args.backend,
                address=args.address)
-    print(results_text(df))
+    _print_current(df, expand_sweep(sw), args.out)
     if args.report:
         print(f"HTML report: {_write_report(args.out)}")
     return EXIT_OK

@@ -607,6 +607,26 @@ table.results th{position:sticky;top:0;background:#fff}
 """
 
 
+def _missing_html(sweep_dir: Path) -> str | None:
+    """A box listing every run the sweep's grid (its ``sweep.yaml``) expects that the folder
+    lacks or cannot read (`anchorviz.pipeline.expected.missing_runs`); None when none is."""
+    from anchorviz.pipeline.expected import missing_runs
+
+    try:
+        missing = missing_runs(sweep_dir)
+    except ValueError as err:
+        missing = {"(grid)": str(err)}
+    if not missing:
+        return None
+    logger.warning("report: %d run(s) of the sweep's grid missing or unreadable in %s",
+                   len(missing), sweep_dir)
+    items = "".join(f"<li><code>{html.escape(r)}</code>: {html.escape(w)}</li>"
+                    for r, w in sorted(missing.items()))
+    return (f"<div class='box warn' id='missing-runs'><b>⚠ {len(missing)} run(s) of this "
+            "sweep's grid are missing or unreadable</b> and are not in the table, the verdict "
+            f"or the figures (rerun the sweep to redo them):<ul>{items}</ul></div>")
+
+
 def write_report(sweep_dir: str | Path, path: str | Path | None = None, *,
                  run_ids: set[str] | None = None) -> Path:
     """Write ``report.html`` (or ``path``) for a sweep folder; returns the path.
@@ -630,6 +650,9 @@ def write_report(sweep_dir: str | Path, path: str | Path | None = None, *,
     esc = html.escape
 
     top = []
+    missing = _missing_html(sweep_dir)
+    if missing:
+        top.append(missing)
     smoke = smoke_status(sweep_dir, results)
     if smoke["smoke"]:
         n, total = len(smoke["smoke"]), smoke["total"]
