@@ -179,3 +179,153 @@ def test_projection_frame_stores_the_start_of_each_response():
     ref = out[out["model"] == "reference"]
     assert list(ref["text"]) == ["x" * PROJECTION_TEXT_CHARS, "bad a", "short b", "bad b"]
     assert list(ref["side"]) == ["chosen", "rejected", "chosen", "rejected"]
+
+
+# --------------------------------------------------------------------------- the report
+
+
+@pytest.fixture(scope="module")
+def page(sweep, tmp_path_factory) -> str:
+    from anchorviz.viz.report import write_report
+
+    path = write_report(sweep, tmp_path_factory.mktemp("report") / "report.html")
+    return path.read_text(encoding="utf-8")
+
+
+def _sections(page: str) -> list[tuple[str, str, str]]:
+    """(id, title, body) of every figure section."""
+    import html
+    import re
+
+    return [(a, html.unescape(t), body) for a, t, body in re.findall(
+        r"<section id='(fig-[\w-]+)'><h2>(.*?)</h2>(.*?)</section>", page, flags=re.S)]
+
+
+def test_every_figure_says_what_to_look_for_right_under_it(sweep, page):
+    import html
+
+    from anchorviz.viz.common import load_results
+    from anchorviz.viz.report import FIGURE_CAPTIONS, _figures, figure_caption_for
+
+    titles = [t for t, _ in _figures(sweep, load_results(sweep))]
+    sections = _sections(page)
+    assert [t for _, t, _ in sections] == titles
+    drawn = [(t, body) for _, t, body in sections if "plotly-graph-div" in body]
+    assert len(drawn) >= 6
+    for title, body in drawn:
+        caption = figure_caption_for(title)
+        assert caption, f"no caption for figure {title!r}"
+        tail = body[body.rindex("plotly-graph-div"):]  # the caption comes after the plot
+        assert f"<p class='caption'>{html.escape(caption)}</p>" in tail, title
+    shortcut = figure_caption_for(
+        "Shortcut or skill: ID accuracy on pairs with and without the artefact")
+    assert "the gap between the bars is the shortcut" in shortcut.lower()
+    # titles that name a metric or a run find their line too; unknown titles get none
+    assert figure_caption_for("Representation drift by layer: linear CKA") == \
+        FIGURE_CAPTIONS["Representation drift by layer"]
+    assert figure_caption_for("Shared PCA of reference and student states: naive W2S student")
+    assert figure_caption_for("something else") is None
+
+
+def test_contents_link_to_every_section_and_every_link_resolves(page):
+    import re
+
+    nav = re.search(r"<nav class='toc' id='contents'>(.*?)</nav>", page, flags=re.S)
+    assert nav and page.index("id='contents'") < page.index("id='scenario'")
+    links = re.findall(r"href='#([^']+)'", nav.group(1))
+    ids = re.findall(r"""\bid=['"]([^'"]+)['"]""", page)
+    assert len(ids) == len(set(ids)), "duplicate ids"
+    assert set(links) <= set(ids), set(links) - set(ids)
+    for needed in ("scenario", "verdict", "results"):
+        assert needed in links
+    assert [a for a, _, _ in _sections(page)] == [a for a in links if a.startswith("fig-")]
+
+
+def test_header_names_the_version_the_date_and_what_made_the_folder(sweep, page):
+    import datetime
+    import re
+
+    import anchorviz
+    from anchorviz.viz.report import made_by
+
+    header = re.search(r"<p class='meta' id='header'>(.*?)</p>", page, flags=re.S).group(1)
+    assert f"anchorviz {anchorviz.__version__}" in header
+    assert datetime.date.today().isoformat() in header
+    assert "sweep.yaml" in header and "lambdas 0.1, 10" in header and "seeds 0, 1" in header
+    assert page.index("id='header'") < page.index("id='contents'")
+    (sweep / "sweep.yaml").rename(sweep / "sweep.yaml.bak")
+    try:
+        assert "runs/<id>/config.yaml" in made_by(sweep)
+    finally:
+        (sweep / "sweep.yaml.bak").rename(sweep / "sweep.yaml")
+
+
+def _table(page: str) -> tuple[list[str], list[list[str]]]:
+    import html
+    import re
+
+    table = page[page.index("<table class='results'>"):]
+    table = table[:table.index("</table>")]
+    head = [html.unescape(h) for h in re.findall(r"<th>(.*?)</th>", table)]
+    rows = [[html.unescape(c) for c in re.findall(r"<td>(.*?)</td>", r)]
+            for r in re.findall(r"<tr>(.*?)</tr>", table)[1:]]
+    return head, rows
+
+
+def test_results_table_has_wrg_minus_aog_in_points(sweep, page):
+    from anchorviz.viz.common import load_results, method_label
+
+    head, rows = _table(page)
+    col = head.index("WRG - AOG")
+    assert head.index("WRG") < head.index("AOG") < col
+    res = load_results(sweep)
+    want = {}
+    for r in res.itertuples():
+        gap = r.wrg - r.aog
+        want[(method_label(r.method, r.anchor_lambda, r.anchor_layers), str(r.seed))] = (
+            "–" if pd.isna(gap) else f"{round(100 * gap, 1) + 0.0:+.1f}")
+    assert len(rows) == len(res) == len(want)
+    for row in rows:
+        assert row[col] == want[(row[0], row[1])], row
+    assert sum(row[col] != "–" for row in rows) == res["wrg"].notna().sum() > 0
+
+
+def test_the_results_table_sorts_on_a_click_offline(page, tmp_path):
+    """The inline script (no external library) sorts the rows by the clicked column, numbers as
+    numbers and '–' last; a second click reverses. Run in node against a minimal DOM."""
+    import json
+    import re
+    import shutil
+    import subprocess
+
+    scripts = re.findall(r"<script([^>]*)>(.*?)</script>", page, flags=re.S)
+    assert not any("src=" in attrs for attrs, _ in scripts)  # nothing fetched: works offline
+    (sort_js,) = [body for _, body in scripts if "table.results" in body]
+    node = shutil.which("node")
+    if node is None:
+        pytest.skip("node is not installed: the sort script is not run")
+    head, rows = _table(page)
+    col = head.index("WRG - AOG")
+    shim = """
+const rows = ROWS.map(cells => ({cells: cells.map(t => ({textContent: t}))}));
+const body = {rows: rows.slice(), appendChild(r) {
+  this.rows.splice(this.rows.indexOf(r), 1); this.rows.push(r); }};
+const ths = HEAD.map((h, i) => ({cellIndex: i, style: {}, attrs: {}, handlers: [],
+  addEventListener(e, f) { this.handlers.push(f); }, getAttribute(k) { return this.attrs[k]; },
+  setAttribute(k, v) { this.attrs[k] = v; }, removeAttribute(k) { delete this.attrs[k]; }}));
+const table = {tBodies: [body], querySelectorAll: () => ths};
+global.document = {querySelectorAll: () => [table]};
+SCRIPT
+const out = [];
+for (const c of [COL, COL, 0]) { ths[c].handlers[0](); out.push(body.rows.map(r => r.cells[c].textContent)); }
+console.log(JSON.stringify(out));
+""".replace("ROWS", json.dumps(rows)).replace("HEAD", json.dumps(head)).replace(
+        "COL", str(col)).replace("SCRIPT", sort_js)
+    (tmp_path / "sort.js").write_text(shim, encoding="utf-8")
+    up, down, by_name = json.loads(subprocess.run([node, str(tmp_path / "sort.js")], check=True,
+                                                  capture_output=True, text=True).stdout)
+    nums = [float(v) for v in up if v != "–"]
+    assert nums == sorted(nums) and up[len(nums):] == ["–"] * (len(up) - len(nums))
+    nums_down = [float(v) for v in down if v != "–"]
+    assert nums_down == sorted(nums, reverse=True) and down[-1] == "–"
+    assert by_name == sorted(by_name)

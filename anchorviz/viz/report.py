@@ -1,11 +1,15 @@
 """A self-contained HTML report of a sweep folder, offline-viewable, that leads with the answer.
 
-Top of the page, before any figure: a smoke-run disclaimer when the runs are smoke-sized
+Top of the page: a header (anchorviz version, when the report was written, what made the
+folder: :func:`made_by`) and a table of contents; then, before any figure, a smoke-run
+disclaimer when the runs are smoke-sized
 (:func:`smoke_reasons`), the scenario (the same banner ``anchorviz demo`` prints for the demo),
 the failure-mode verdict of ``anchorviz.analysis.summary.failure_mode`` / ``verdict_lines`` (the
 function the CLI prints, never a second rule), and a warning when the teacher's labels are
-nearly uninformative. Then the results table (readable names, fixed decimals) and the figures
-of ``plots.py``, each a function of the folder; plotly.js is embedded once.
+nearly uninformative. Then the results table (readable names, fixed decimals, WRG - AOG;
+sorted by a click on a header, a few lines of inline script) and the figures, each a function
+of the folder with one line under it saying what to look for (:data:`FIGURE_CAPTIONS`);
+plotly.js is embedded once.
 """
 
 from __future__ import annotations
@@ -24,10 +28,13 @@ from anchorviz.paths import write_atomic
 logger = logging.getLogger(__name__)
 
 __all__ = [
+    "FIGURE_CAPTIONS",
     "FIGURE_FORMATS",
     "SMOKE_TEST_PAIRS",
     "SMOKE_TRAIN_PAIRS",
+    "figure_caption_for",
     "label_warning",
+    "made_by",
     "mixed_configs",
     "scenario_lines",
     "smoke_reasons",
@@ -53,6 +60,7 @@ _TABLE_COLUMNS: list[tuple[str, str, str]] = [
     ("acc_ood", "OOD %", "pct"),
     ("wrg", "WRG", "pts"),
     ("aog", "AOG", "pts"),
+    ("wrg_minus_aog", "WRG - AOG", "pts"),  # derived: the ID gain that did not carry over
     ("nts", "NTS", "pts"),
     ("pgr", "PGR %", "pct"),
     ("drift_cos_target", "drift 1-cos", "unit"),
@@ -174,6 +182,38 @@ def mixed_configs(results: pd.DataFrame) -> list[str]:
     from anchorviz.analysis.summary import setting_columns
 
     return [c.removeprefix("cfg.") for c in setting_columns(results, ignore=("artifact_strength",))]
+
+
+def made_by(sweep_dir: str | Path) -> str:
+    """What made a folder, for the report's header. No command line is stored in a sweep
+    folder, so this names the file that holds its settings: ``sweep.yaml`` (written by
+    `anchorviz.pipeline.sweep.sweep`, which ``anchorviz sweep`` / ``anchorviz demo`` call) with
+    its grid, else the runs' own ``runs/<id>/config.yaml``."""
+    from anchorviz.paths import read_yaml
+
+    sweep_dir = Path(sweep_dir)
+    try:
+        sw = read_yaml(sweep_dir / "sweep.yaml") or {}
+    except Exception as err:  # a missing or unreadable file: say so, do not lose the report
+        logger.debug("report: cannot read sweep.yaml (%s)", err)
+        sw = None
+    if not isinstance(sw, dict):
+        return ("no command line is recorded and there is no readable sweep.yaml: each run's "
+                "settings are in runs/<id>/config.yaml")
+    grid = sw.get("grid") if isinstance(sw.get("grid"), dict) else {}
+    data = ((sw.get("base") or {}).get("data") or {}) if isinstance(sw.get("base"), dict) else {}
+    parts = []
+    if data.get("source"):
+        parts.append(f"source {data['source']}")
+    names = {"methods": "methods", "anchor_lambdas": "lambdas", "anchor_layers": "layers",
+             "seeds": "seeds", "artifact_strengths": "artefact strengths",
+             "teacher_visibilities": "teacher visibilities"}
+    for key, name in names.items():
+        v = grid.get(key)
+        if isinstance(v, (list, tuple)) and v:
+            parts.append(f"{name} {', '.join(f'{x:g}' if isinstance(x, float) else str(x) for x in v)}")
+    return ("no command line is recorded; the settings are in sweep.yaml (written by "
+            "anchorviz sweep / anchorviz demo)" + (": " + "; ".join(parts) if parts else ""))
 
 
 # --------------------------------------------------------------------------- top of the page
@@ -398,6 +438,9 @@ def _table_html(results: pd.DataFrame) -> str:
     from anchorviz.analysis.summary import setting_columns
     from anchorviz.viz.common import method_label, method_rank
 
+    if {"wrg", "aog"} <= set(results.columns):  # the ID gain that did not carry over
+        results = results.assign(wrg_minus_aog=results["wrg"].astype(float)
+                                 - results["aog"].astype(float))
     rows = results.copy()
     rows["_rank"] = [method_rank(m) for m in rows["method"]]
     # one column per setting that varies among the runs (strength, teacher visibility, model,
@@ -424,7 +467,36 @@ def _table_html(results: pd.DataFrame) -> str:
         body.append("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + "</tr>")
     thead = "<tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in head) + "</tr>"
     return (f"<div class='tablewrap'><table class='results'><thead>{thead}</thead><tbody>"
-            + "\n".join(body) + "</tbody></table></div>")
+            + "\n".join(body) + "</tbody></table></div>" + _SORT_SCRIPT)
+
+
+#: sorts the results table (table.results) by the clicked column (numbers as numbers, "–" last; a second click
+#: reverses); inline and dependency-free so that the report works offline
+_SORT_SCRIPT = r"""<script>
+document.querySelectorAll('table.results').forEach(function (table) {
+  table.querySelectorAll('th').forEach(function (th) {
+    th.style.cursor = 'pointer';
+    th.addEventListener('click', function () {
+      var col = th.cellIndex, asc = th.getAttribute('aria-sort') !== 'ascending';
+      table.querySelectorAll('th').forEach(function (h) { h.removeAttribute('aria-sort'); });
+      th.setAttribute('aria-sort', asc ? 'ascending' : 'descending');
+      var body = table.tBodies[0], rows = Array.prototype.slice.call(body.rows);
+      function key(r) {
+        var t = r.cells[col].textContent.trim(), v = parseFloat(t.replace('\u2212', '-'));
+        return isNaN(v) || !/^[-+\u2212]?[0-9.]/.test(t) ? t : v;
+      }
+      rows.sort(function (a, b) {
+        var x = key(a), y = key(b), nx = typeof x !== 'number', ny = typeof y !== 'number';
+        if (x === '\u2013' || y === '\u2013') return (x === '\u2013') - (y === '\u2013');
+        if (nx !== ny) return nx - ny;
+        var c = nx ? String(x).localeCompare(String(y), undefined, {numeric: true}) : x - y;
+        return asc ? c : -c;
+      });
+      rows.forEach(function (r) { body.appendChild(r); });
+    });
+  });
+});
+</script>"""
 
 
 # --------------------------------------------------------------------------- figures
@@ -455,6 +527,52 @@ def _lead_figure(sweep_dir: Path, results: pd.DataFrame):
         return None
     fig.update_layout(width=None, autosize=True)
     return fig
+
+
+#: one line under each report figure: what to look for. Keyed by the figure's title, or by a
+#: part of it for titles that name a metric or a run (:func:`figure_caption_for`)
+FIGURE_CAPTIONS: dict[str, str] = {
+    "In-distribution vs out-of-distribution accuracy":
+        "Look at the drop from each method's ID bar to its OOD bar: a student that gains over "
+        "the teacher in distribution but not out of it learned something that does not travel.",
+    "Shortcut or skill: ID accuracy on pairs with and without the artefact":
+        "The gap between the bars is the shortcut: a model far more accurate on marked pairs "
+        "than on clean ones reads the marker, not the preference.",
+    "Transfer scores (WRG, AOG, NTS)":
+        "Compare each method's WRG with its AOG: the part of the ID gain (WRG) that is missing "
+        "from the OOD gain (AOG) did not carry over; NTS below 0 is a net loss.",
+    "Which cues each model follows, per target":
+        "Look for bars above the teacher's: a student that follows a cue where it disagrees "
+        "with the label learned the cue, and loses accuracy wherever the cue misleads.",
+    "Representation drift by layer":
+        "Look at where the lines part: the layer from which a student's curve leaves the "
+        "reference (CKA below 1, drift above 0) is where training rewrote its representation; "
+        "ANCHOR's curves should stay closer than the naive student's.",
+    "of reference and student states":
+        "Follow the grey lines: long ones are responses training moved far from where the "
+        "pretrained model put them; target points that leave the open circles show drift where "
+        "the student was never trained.",
+    "Drift vs OOD gain, per target":
+        "Look at the slope: points falling to the right (more drift, less OOD gain) say the "
+        "drift is what costs transfer.",
+    "Lambda sweep":
+        "Look for the lambda where OOD accuracy stops rising while ID accuracy starts to fall: "
+        "stronger anchoring keeps the representation at a price in fit.",
+    "Teacher soft-label confidence":
+        "Look at how far the labels sit from 0.5: labels piled near 0.5 teach the student little.",
+    "Training loss per step: fit and ANCHOR terms":
+        "Check that the fit loss falls and levels off; a large or growing ANCHOR term means the "
+        "student is being pulled back from where the fit wants to take it.",
+}
+
+
+def figure_caption_for(title: str) -> str | None:
+    """The :data:`FIGURE_CAPTIONS` line of a report figure: its title's own, else the one of
+    the longest key the title contains (titles that name a metric or a run); None if none."""
+    if title in FIGURE_CAPTIONS:
+        return FIGURE_CAPTIONS[title]
+    keys = [k for k in FIGURE_CAPTIONS if k in title]
+    return FIGURE_CAPTIONS[max(keys, key=len)] if keys else None
 
 
 def _figures(sweep_dir: Path, results: pd.DataFrame) -> list[tuple[str, object]]:
@@ -604,6 +722,12 @@ table.results td:first-child,table.results th:first-child{text-align:left}
 table.results th{position:sticky;top:0;background:#fff}
 .skip{color:#a00}
 .plotly-graph-div{max-width:100%}
+.meta{color:#555;font-size:13px;margin:.2em 0 .6em}
+nav.toc{font-size:13.5px;margin:.6em 0 1em}
+nav.toc ol{margin:.2em 0;padding-left:1.6em;columns:2}
+.caption{margin:.3em 0 1.4em;font-style:italic;color:#333}
+table.results th[aria-sort=ascending]::after{content:" \\25B2"}
+table.results th[aria-sort=descending]::after{content:" \\25BC"}
 """
 
 
@@ -634,9 +758,13 @@ def write_report(sweep_dir: str | Path, path: str | Path | None = None, *,
     ``run_ids``: only these runs of the folder (``anchorviz demo``: its own runs, not those of
     another scenario or a notebook in the same folder); None: every finished run.
 
-    Order: title, smoke disclaimer (:func:`smoke_reasons`), scenario (:func:`scenario_lines`),
-    verdict (:func:`verdict_blocks`), label warning (:func:`label_warning`), results table,
-    figures."""
+    Order: title, header (version, date, :func:`made_by`), contents, smoke disclaimer
+    (:func:`smoke_reasons`), scenario (:func:`scenario_lines`), verdict
+    (:func:`verdict_blocks`), label warning (:func:`label_warning`), results table, figures
+    (each with its :func:`figure_caption_for` line)."""
+    import datetime
+
+    import anchorviz
     from anchorviz.viz.common import load_results, sweep_targets
 
     sweep_dir = Path(sweep_dir)
@@ -703,34 +831,62 @@ def write_report(sweep_dir: str | Path, path: str | Path | None = None, *,
 
     targets = sweep_targets(results)
     parts = []
+    fig_toc: list[tuple[str, str]] = []
     for title, obj in _figures(sweep_dir, results):
-        parts.append(f"<h2>{esc(title)}</h2>")
+        anchor = f"fig-{_slug(title)}"
+        while anchor in {a for a, _ in fig_toc}:
+            anchor += "-"
+        fig_toc.append((anchor, title))
+        parts.append(f"<section id='{anchor}'><h2>{esc(title)}</h2>")
         if isinstance(obj, str):
-            parts.append(obj)
+            parts.append(obj + "</section>")
             continue
         obj.update_layout(width=None, autosize=True)
         height = obj.layout.height or 520
         parts.append(obj.to_html(full_html=False, include_plotlyjs="inline" if first else False,
                                  default_width="100%", default_height=f"{height}px",
                                  config={"responsive": True}))
+        caption = figure_caption_for(title)
+        if caption:
+            parts.append(f"<p class='caption'>{esc(caption)}</p>")
+        parts.append("</section>")
         first = False
+    # contents: every block at the top that has an id, the table, then each figure
+    import re
+
+    names = {"smoke": "Smoke run", "mixed": "Mixed settings", "scenario": "Scenario",
+             "verdict": "Verdict", "lead-figure": "The verdict, seed by seed",
+             "label-warning": "Label warning"}
+    toc = [(m, names[m]) for block in top for m in re.findall(r"id='([\w-]+)'", block)
+           if m in names]
+    toc += [("results", "Results"), *fig_toc]
+    toc_html = ("<nav class='toc' id='contents'><b>Contents</b><ol>"
+                + "".join(f"<li><a href='#{a}'>{esc(t)}</a></li>" for a, t in toc)
+                + "</ol></nav>")
+    written = datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z").strip()
+    header = (f"<p class='meta' id='header'>anchorviz {esc(anchorviz.__version__)} · report "
+              f"written {esc(written)} · made by: {esc(made_by(sweep_dir))}</p>")
     doc = f"""<!doctype html><html><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>anchorviz report: {esc(sweep_dir.name)}</title>
 <style>{_CSS}</style></head><body>
 <h1>anchorviz report: {esc(str(sweep_dir))}</h1>
+{header}
+{toc_html}
 {chr(10).join(top)}
-<h2>Results</h2>
+<section id='results'><h2>Results</h2>
 <p>One row per run. Accuracies in percent and transfer scores in points, 1 decimal; drift, CKA
 and label confidence are unitless in [0, 1], 3 decimals. WRG = Acc_student(ID) -
 Acc_teacher(ID); AOG = Acc_student(OOD) - Acc_teacher(OOD); NTS = AOG - max(0, Acc_teacher(ID) -
-Acc_student(ID)); PGR = WRG / (Acc_ceiling(ID) - Acc_teacher(ID)). ID clean: the source test
+Acc_student(ID)); WRG - AOG = the in-distribution gain that did not carry over out of
+distribution; PGR = WRG / (Acc_ceiling(ID) - Acc_teacher(ID)). Click a header to sort by
+it. ID clean: the source test
 pairs without the planted artefact; ID hidden: the marked ones whose marker the teacher could not
 read (when it reads only some). OOD = all target test pairs pooled
 ({esc(", ".join(targets)) or "-"}). Drift and CKA: last layer, student vs its frozen pretrained
 reference, mean over the targets. Label conf. = mean max(q, 1 - q) of the labels the run
 trained on.</p>
-{_table_html(results)}
+{_table_html(results)}</section>
 {chr(10).join(parts)}
 </body></html>"""
     write_atomic(path, lambda tmp: tmp.write_text(doc, encoding="utf-8"))
