@@ -133,7 +133,7 @@ def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     from bench_step import load_data
 
-    from anchorviz.models import load_reward_model
+    from anchorviz.models.reward_model import load_reward_model
     from anchorviz.models.tokenization import encode_pairs
 
     if args.threads:

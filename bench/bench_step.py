@@ -90,7 +90,7 @@ def synthetic_pairs(n: int, seed: int = 0) -> pd.DataFrame:
 def load_data(data: str, n: int, seed: int) -> pd.DataFrame:
     if data == "synthetic":
         return synthetic_pairs(n, seed)
-    from anchorviz.data import load_pairs
+    from anchorviz.data.readers import load_pairs
 
     df, _ = load_pairs(data, limit=n)
     if len(df) < n:
@@ -140,7 +140,12 @@ def _random_backbone(spec: str, seed: int):
 
 
 def load_model(args, lora: bool):
-    from anchorviz.models import RewardModel, apply_lora, disable_dropout, load_reward_model
+    from anchorviz.models.reward_model import (
+        RewardModel,
+        apply_lora,
+        disable_dropout,
+        load_reward_model,
+    )
 
     if args.random_config:
         backbone, tok = _random_backbone(args.random_config, args.seed)

@@ -197,7 +197,7 @@ def prepare(args, tmp: Path, pairs=None):
     """The anchorviz model and encoded pairs, and the TRL worker's spec file (same token ids)."""
     import numpy as np
 
-    from anchorviz.models import load_reward_model
+    from anchorviz.models.reward_model import load_reward_model
     from anchorviz.models.tokenization import encode_pairs
     from anchorviz.models.zoo import resolve_model
 

@@ -39,7 +39,7 @@ def workload(name: str) -> float:
             a.add_(b, alpha=0.5)
         return time.perf_counter() - t
     if name == "train":
-        from anchorviz.models import load_reward_model
+        from anchorviz.models.reward_model import load_reward_model
 
         model, _ = load_reward_model("minilm-l6", dropout=False)
         opt = torch.optim.AdamW(model.parameters(), lr=1e-5, fused=True)

@@ -41,7 +41,7 @@ from sklearn.preprocessing import StandardScaler
 
 from anchorviz.analysis.capture import capture_states
 from anchorviz.data.artifacts import apply_artifact
-from anchorviz.models import load_reward_model
+from anchorviz.models.reward_model import load_reward_model
 from anchorviz.models.tokenization import encode_pairs
 from anchorviz.pipeline.prepare import data_config, prepare_data
 from anchorviz.pipeline.store import load_run_model

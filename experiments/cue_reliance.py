@@ -37,7 +37,7 @@ import pandas as pd
 from anchorviz.analysis.cues import cue_sides
 from anchorviz.config import DataConfig
 from anchorviz.data.artifacts import teacher_view
-from anchorviz.models import ModelError
+from anchorviz.models.reward_model import ModelError
 from anchorviz.models.tokenization import encode_pairs
 from anchorviz.paths import read_yaml
 from anchorviz.pipeline.prepare import prepare_data

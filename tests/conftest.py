@@ -190,7 +190,7 @@ def write_yaml_text(tmp_path: Path, text: str, name: str = "c.yaml") -> Path:
 
 def tiny_model_and_pairs(n: int = 8):
     """A tiny encoder reward model and ``n`` toy pairs encoded for it (max_length 16)."""
-    from anchorviz.models import RewardModel
+    from anchorviz.models.reward_model import RewardModel
     from anchorviz.models.tokenization import encode_pairs
 
     tok = word_tokenizer("encoder")

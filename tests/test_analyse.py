@@ -20,7 +20,7 @@ import torch
 from conftest import word_tokenizer
 from tiny_project import save_tiny_model, write_pairs
 
-from anchorviz.data import load_pairs
+from anchorviz.data.readers import load_pairs
 from anchorviz.models.tokenization import encode_pairs
 from anchorviz.pipeline.analyse import analyse, load_checkpoint_model, summary_lines
 
@@ -254,7 +254,7 @@ def test_encoder_classifier_and_value_head(tmp_path):
 
 
 def test_refusals(trl_checkpoint, tmp_path):
-    from anchorviz.models import ModelError
+    from anchorviz.models.reward_model import ModelError
     from anchorviz.pipeline.analyse import AnalyseError
 
     base, ckpt = trl_checkpoint

@@ -104,7 +104,7 @@ def test_bench_trl_worker(tiny_model, tmp_path):
 
 
 def test_bench_capture(tiny_model):
-    from anchorviz.models import load_reward_model
+    from anchorviz.models.reward_model import load_reward_model
     from anchorviz.models.tokenization import encode_pairs
 
     model, tok = load_reward_model(str(tiny_model), dropout=False)

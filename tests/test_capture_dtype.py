@@ -21,7 +21,7 @@ from anchorviz.analysis.capture import (
     load_captured,
     save_captured,
 )
-from anchorviz.models import ModelError, RewardModel, pool_states
+from anchorviz.models.reward_model import ModelError, RewardModel, pool_states
 from anchorviz.models.tokenization import encode_pairs
 from anchorviz.training.loop import joint_batch
 

@@ -139,7 +139,7 @@ def test_listings_have_headers_paths_and_cached_status(capsys):
     assert any("hub id: " in line and "local path: " in line for line in lines)
     assert any(line.startswith("vader-amazon ") for line in lines)
     assert "nan" not in " ".join(lines)
-    from anchorviz.data import list_datasets
+    from anchorviz.data.readers import list_datasets
 
     t = list_datasets(local=True)
     assert {"cached", "local_path"} <= set(t.columns)
@@ -180,7 +180,7 @@ def test_run_ids_of_named_datasets_are_unchanged():
 def test_model_loading_is_quiet(tmp_path, capsys, caplog):
     import logging
 
-    from anchorviz.models import load_reward_model
+    from anchorviz.models.reward_model import load_reward_model
 
     folder = save_tiny_model(tmp_path / "m", layers=1)
     capsys.readouterr()

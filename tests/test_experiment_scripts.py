@@ -93,7 +93,7 @@ def test_cue_readability_probe():
 def test_cue_effects_with_a_tiny_model(tiny_model):
     import cue_readability
 
-    from anchorviz.models import load_reward_model
+    from anchorviz.models.reward_model import load_reward_model
 
     model, tok = load_reward_model(str(tiny_model), dropout=False)
     model.eval()

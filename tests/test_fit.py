@@ -10,7 +10,7 @@ import pytest
 import torch
 from tiny_project import tiny_config
 
-from anchorviz.models import load_reward_model
+from anchorviz.models.reward_model import load_reward_model
 from anchorviz.models.tokenization import encode_pairs
 from anchorviz.pipeline.fit import fit_and_score, fit_key
 from anchorviz.pipeline.prepare import data_config, prepare_data

@@ -8,8 +8,9 @@ import pytest
 
 from anchorviz.analysis.metrics import pairwise_accuracy
 from anchorviz.config import TrainConfig
-from anchorviz.data import load_pairs, split_by_prompt
-from anchorviz.models import load_reward_model
+from anchorviz.data.readers import load_pairs
+from anchorviz.data.splits import split_by_prompt
+from anchorviz.models.reward_model import load_reward_model
 from anchorviz.models.tokenization import encode_pairs
 from anchorviz.training.loop import score_pairs, train_reward_model
 

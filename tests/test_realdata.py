@@ -6,15 +6,10 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from anchorviz.data import (
-    PAIR_COLUMNS,
-    adapt_records,
-    get_manifest,
-    load_pairs,
-    protocol_splits,
-    split_by_prompt,
-    validate_pairs,
-)
+from anchorviz.data.adapters import adapt_records
+from anchorviz.data.readers import get_manifest, load_pairs
+from anchorviz.data.schema import PAIR_COLUMNS, validate_pairs
+from anchorviz.data.splits import protocol_splits, split_by_prompt
 from anchorviz.paths import realdata_dir
 
 pytestmark = [
@@ -26,13 +21,15 @@ pytestmark = [
 ]
 
 # name -> (pairs kept, distinct prompts, category). The files are already cleaned (README):
-# the loader reads every row and drops none.
+# the loader reads every row and drops none, except one UltraFeedback pair whose response is a
+# lone zero-width space (U+200B): no token after tokenisation, dropped and counted at load.
 EXPECTED = {
     "realdata-hh-harmless": (2308, 2306, "harmless"),
     "realdata-pku-safe": (3590, 930, "harmless"),
-    "realdata-ultrafeedback": (1059, 1059, "helpful"),
+    "realdata-ultrafeedback": (1058, 1058, "helpful"),
     "realdata-pandalm": (762, 153, "helpful"),
 }
+DROPPED = {"realdata-ultrafeedback": {"empty_response": 1}}
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +41,9 @@ def loaded() -> dict[str, tuple[pd.DataFrame, object]]:
 def test_counts_and_drop_reasons(loaded, name: str) -> None:
     df, rep = loaded[name]
     pairs, prompts, category = EXPECTED[name]
-    assert rep.total == pairs and rep.kept == pairs and rep.dropped == {}
+    dropped = DROPPED.get(name, {})
+    assert rep.kept == pairs and rep.total == pairs + sum(dropped.values())
+    assert {k: v for k, v in rep.dropped.items()} == dropped
     assert len(df) == pairs and df["prompt"].nunique() == prompts
     assert list(df.columns) == PAIR_COLUMNS
     validate_pairs(df, name)

@@ -14,7 +14,7 @@ from safetensors.torch import save_file
 from tiny_project import save_tiny_model, tiny_config
 
 from anchorviz.analysis.metrics import pairwise_accuracy
-from anchorviz.models import (
+from anchorviz.models.reward_model import (
     CHECKPOINT_FILE,
     ModelError,
     checkpoint_metadata,

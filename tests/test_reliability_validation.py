@@ -214,7 +214,7 @@ def test_a_target_test_larger_than_the_target_is_refused_naming_field_and_count(
 
 
 def test_a_json_array_line_is_named_as_not_an_object(tmp_path):
-    from anchorviz.data import load_pairs
+    from anchorviz.data.readers import load_pairs
     from anchorviz.data.schema import DataError
 
     path = tmp_path / "rows.jsonl"
@@ -227,7 +227,7 @@ def test_a_json_array_line_is_named_as_not_an_object(tmp_path):
 
 
 def test_a_response_empty_after_tokenisation_is_dropped_and_counted(tmp_path):
-    from anchorviz.data import load_pairs
+    from anchorviz.data.readers import load_pairs
 
     path = tmp_path / "zw.jsonl"
     rows = [{"prompt": "p", "chosen": "good", "rejected": "\u200b"},

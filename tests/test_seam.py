@@ -297,7 +297,7 @@ def test_generate_texts_left_pads_and_is_batch_consistent(tiny_lm):
 
 
 def test_reward_score_fn_matches_pair_scoring(dec_tok):
-    from anchorviz.models import RewardModel
+    from anchorviz.models.reward_model import RewardModel
     from anchorviz.models.tokenization import encode_pairs
     from anchorviz.training.loop import score_pairs
 

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 from conftest import MB, pairs_rows, toy_pairs, word_tokenizer, write_jsonl
 
-from anchorviz.data import load_pairs
+from anchorviz.data.readers import load_pairs
 from anchorviz.models.tokenization import TokenizationError, encode_pairs, encode_side, pad_side
 from anchorviz.paths import cache_dir
 

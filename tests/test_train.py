@@ -17,8 +17,8 @@ from tiny_project import save_tiny_model
 
 from anchorviz.analysis.capture import capture_states
 from anchorviz.config import TrainConfig, TrainError
-from anchorviz.data import PAIR_COLUMNS
-from anchorviz.models import ModelError, RewardModel, disable_dropout, pool_states
+from anchorviz.data.schema import PAIR_COLUMNS
+from anchorviz.models.reward_model import ModelError, RewardModel, disable_dropout, pool_states
 from anchorviz.models.tokenization import encode_pairs
 from anchorviz.training.loop import (
     Objective,
@@ -107,7 +107,7 @@ def test_gold_training_learns_toy_pairs():
 def _train(strategy, kind="encoder", lam=1.0, lora=False, seed=0, epochs=1.0):
     model, tok, enc = _setup(kind, n=16)
     if lora:
-        from anchorviz.models import apply_lora
+        from anchorviz.models.reward_model import apply_lora
 
         model = RewardModel(apply_lora(model.backbone, {"r": 4, "target_modules": ["query", "value"]}))
     ref = None
@@ -146,7 +146,7 @@ def test_reference_weights_unchanged_by_training():
 
 def test_three_reference_strategies_agree():
     model, tok, enc = _setup("encoder", n=12)
-    from anchorviz.models import apply_lora
+    from anchorviz.models.reward_model import apply_lora
 
     lora_model = RewardModel(apply_lora(model.backbone, {"r": 4, "target_modules": ["query", "value"]}))
     copy_ref = CopyReference(lora_model, [1, 2])
@@ -377,7 +377,7 @@ def test_a_backbone_without_a_config_is_named() -> None:
 
 
 def test_pickled_weights_are_refused_without_being_unpickled(tmp_path: Path) -> None:
-    from anchorviz.models import load_backbone
+    from anchorviz.models.reward_model import load_backbone
 
     folder = save_tiny_model(tmp_path / "m", layers=1)
     for f in folder.glob("*.safetensors"):

@@ -9,7 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from anchorviz.data import PAIR_COLUMNS, vader
+from anchorviz.data import vader
+from anchorviz.data.schema import PAIR_COLUMNS
 from anchorviz.data.vader import (
     VADER_DOMAINS,
     VADER_SDIST_NAME,
@@ -134,7 +135,7 @@ def test_pairs_schema_margin_disjoint(domain: str, default_pairs: dict) -> None:
 
 
 def test_pairs_validate_with_data_module(default_pairs: dict) -> None:
-    from anchorviz.data import validate_pairs
+    from anchorviz.data.schema import validate_pairs
 
     validate_pairs(default_pairs["tweets"], "vader-tweets")
 

@@ -20,7 +20,7 @@ from anchorviz.config import (
     target_name,
     with_overrides,
 )
-from anchorviz.data import DataError
+from anchorviz.data.schema import DataError
 from anchorviz.pipeline.keys import data_key, run_id_for, teacher_key
 from anchorviz.pipeline.prepare import prepare_data
 

