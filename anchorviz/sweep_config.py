@@ -50,7 +50,9 @@ def sweep_from_dict(d: dict, where: str = "sweep") -> SweepConfig:
     if unknown:
         raise ConfigError(f"{where}: unknown key(s) {unknown}; allowed: ['base', 'grid']")
     base = config_from_dict(d.get("base") or {}, f"{where}.base")
-    grid = d.get("grid") or {}
+    # a key left at None means its default (the sweep.yaml a sweep writes holds
+    # artifact_strengths / detail_seeds: null), so a sweep's own file reads back
+    grid = {k: v for k, v in (d.get("grid") or {}).items() if v is not None}
     allowed = {"methods", "anchor_lambdas", "anchor_layers", "seeds", "artifact_strengths",
                "detail_seeds"}
     unknown = sorted(set(grid) - allowed)

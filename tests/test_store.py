@@ -484,3 +484,22 @@ def test_cli_verify_hashes_everything_and_names_each_bad_run(
     assert main(["verify", str(bad)]) == EXIT_DATA
     assert "BAD anchor-bad" in capsys.readouterr().err
     assert main(["verify", str(tmp_path / "runs")]) == EXIT_CONFIG  # neither a run nor a sweep
+
+
+def test_the_sweep_file_a_sweep_writes_reads_back(tmp_path):
+    """sweep.yaml holds the grid with its unset keys as null (artifact_strengths, detail_seeds);
+    load_sweep once refused it ('grid.artifact_strengths: expected a non-empty list')."""
+    from dataclasses import asdict
+
+    from anchorviz.paths import write_yaml
+    from anchorviz.pipeline.demo import demo_sweep
+    from anchorviz.sweep_config import load_sweep, sweep_from_dict
+
+    sw = demo_sweep()
+    # exactly what anchorviz.pipeline.sweep.sweep writes
+    write_yaml(tmp_path / "sweep.yaml", {
+        "base": sw.base.to_dict(), "grid": {k: v for k, v in asdict(sw).items() if k != "base"}})
+    back = load_sweep(tmp_path / "sweep.yaml")
+    assert back.seeds == sw.seeds and back.detail_seeds == [0]
+    assert back.artifact_strengths is None
+    assert sweep_from_dict({"grid": {"detail_seeds": None}}).detail_seeds is None
