@@ -109,3 +109,25 @@ def test_no_lead_figure_without_naive_students(tmp_path: Path) -> None:
     sweep = write_fake_sweep(tmp_path / "s", seeds=(0, 1), methods=("confidence",), lambdas=(),
                              layers=())
     assert "id='lead-figure'" not in write_report(sweep).read_text()
+
+
+def test_the_demos_verdict_sentence_quotes_failure_modes_numbers(tmp_path: Path) -> None:
+    from anchorviz.pipeline.demo import verdict_sentence
+
+    sweep = write_fake_sweep(tmp_path / "s", seeds=(0, 1, 2), methods=("naive",), lambdas=(),
+                             layers=())
+    res = load_results(sweep)
+    fm = failure_mode(res)
+    text = verdict_sentence(res)
+    p = fm["pooled"]
+    assert text.startswith("VERDICT over 3 seeds")
+    assert f"WRG - AOG {100 * p['mean']:+.1f} [{100 * p['lo']:+.1f}, {100 * p['hi']:+.1f}]" in text
+    assert f"p {p['p']:.3f}" in text and "strict form" in text
+    assert ("failure mode: YES" in text) == fm["failure_mode"]
+    one = load_results(write_fake_sweep(tmp_path / "one", seeds=(0,), methods=("naive",),
+                                        lambdas=(), layers=()))
+    assert verdict_sentence(one).startswith("One seed") and "no verdict" in verdict_sentence(one)
+    two = load_results(write_fake_sweep(tmp_path / "two", seeds=(0, 1), methods=("naive",),
+                                        lambdas=(), layers=(), artifact_strengths=(0.0, 0.8),
+                                        artifact_kind="marker"))
+    assert verdict_sentence(two).startswith("No single verdict")

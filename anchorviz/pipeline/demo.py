@@ -136,7 +136,10 @@ def verdict_sentence(results, method: str = "naive") -> str:
     targets, and per target after Holm), the strict form beside it. Points throughout."""
     from anchorviz.analysis.summary import failure_mode
 
-    fm = failure_mode(results, method=method)
+    try:
+        fm = failure_mode(results, method=method)
+    except ValueError as err:  # several strengths or settings: the detailed lines go per setting
+        return f"No single verdict: {err}."
     n = fm["n_seeds"]
     if fm["missing"] or n == 0:
         return f"No verdict: {fm['reason']}."
