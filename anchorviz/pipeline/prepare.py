@@ -8,6 +8,7 @@ copies (the cached frames are never shared with a caller).
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import logging
@@ -29,8 +30,12 @@ from anchorviz.config import (
 
 logger = logging.getLogger(__name__)
 
+# the drop reason of a target pair the split protocol leaves out (it overlaps the source)
+OVERLAPS_SOURCE = "overlaps_source"
+
 __all__ = [
     "data_config",
+    "data_drop_report",
     "eval_splits",
     "load_dataset_entry",
     "prepare_data",
@@ -92,8 +97,10 @@ def prepare_data(cfg: DataConfig) -> dict[str, pd.DataFrame]:
     prompt, or its texts, with the source's training / validation splits is left out; the
     count is in each target frame's ``attrs["protocol_dropped"]``), with the artefact applied
     when configured. Pass ``data_config(run_config)``, not ``run_config.data``, when the run's
-    seed should pick the split. Cached per process by config and by the content fingerprint of
-    local data files (an edited file is read again); every call returns fresh copies."""
+    seed should pick the split. Every frame's ``attrs["data_dropped"]`` holds the per-dataset
+    drop report (`data_drop_report`). Cached per process by config and by the content
+    fingerprint of local data files (an edited file is read again); every call returns fresh
+    copies."""
     from anchorviz.paths import fingerprint
 
     paths = [dataset_path(e) for e in [cfg.source, *cfg.targets]]
@@ -104,7 +111,7 @@ def prepare_data(cfg: DataConfig) -> dict[str, pd.DataFrame]:
     out = {}
     for name, df in _DATA_CACHE[key].items():
         out[name] = df.copy()
-        out[name].attrs = dict(df.attrs)
+        out[name].attrs = copy.deepcopy(df.attrs)
     return out
 
 
@@ -113,13 +120,17 @@ def _build_data(cfg: DataConfig) -> dict[str, pd.DataFrame]:
 
     # load_pairs logs each dataset's report once (INFO, WARNING when rows were malformed);
     # the role is at DEBUG so that an INFO log does not say everything twice
+    # the reports are also kept: every split carries them (attrs["data_dropped"]) and the
+    # teacher's metrics.json counts them (data_dropped)
     src, report = load_dataset_entry(cfg.source)
     logger.debug("source %s: %s", dataset_label(cfg.source), report)
+    reports = {dataset_label(cfg.source): report.to_dict()}
     targets = {}
     for t in cfg.targets:
         df, rep = load_dataset_entry(t)
         logger.debug("target %s: %s", dataset_label(t), rep)
         targets[target_name(t)] = df
+        reports[dataset_label(t)] = rep.to_dict()
     sizes = {"teacher_train": cfg.teacher_train, "w2s_train": cfg.w2s_train, "val": cfg.val,
              "source_test": cfg.source_test}
     dropped: dict[str, int] = {}
@@ -137,6 +148,9 @@ def _build_data(cfg: DataConfig) -> dict[str, pd.DataFrame]:
                           "or set it to 'all' to test on every usable pair") from None
     for name, n in dropped.items():
         splits[f"target_test:{name}"].attrs["protocol_dropped"] = n
+        if n:  # target pairs left out because they overlap the source's training splits
+            t = next(t for t in cfg.targets if target_name(t) == name)
+            reports[dataset_label(t)]["dropped"][OVERLAPS_SOURCE] = n
     if cfg.artifact_kind != "none" and cfg.artifact_strength > 0:
         from anchorviz.data.artifacts import apply_artifact
 
@@ -161,6 +175,8 @@ def _build_data(cfg: DataConfig) -> dict[str, pd.DataFrame]:
                     splits[name] = mark_teacher_visibility(
                         splits[name], cfg.artifact_teacher_visibility,
                         seed=cfg.split_seed * 1000 + 500 + i)
+    for df in splits.values():
+        df.attrs["data_dropped"] = copy.deepcopy(reports)
     return splits
 
 
@@ -176,6 +192,17 @@ def protocol_report(data: dict[str, pd.DataFrame]) -> dict[str, int]:
     """``{target split: pairs left out because they overlap the source's training splits}``."""
     return {k: int(v.attrs.get("protocol_dropped", 0)) for k, v in data.items()
             if k.startswith("target_test:")}
+
+
+def data_drop_report(data: dict[str, pd.DataFrame]) -> dict[str, dict]:
+    """``{dataset label: drop report}`` of the datasets behind prepared data: rows read
+    (``total``) and ``kept``, ``dropped`` counts by reason (`anchorviz.data.schema`'s reasons,
+    and ``overlaps_source`` for target pairs the split protocol left out) and the first
+    ``examples`` per reason; ``{}`` for frames that do not carry it."""
+    for df in data.values():
+        if "data_dropped" in df.attrs:
+            return copy.deepcopy(df.attrs["data_dropped"])
+    return {}
 
 
 def eval_splits(data: dict[str, pd.DataFrame]) -> list[str]:

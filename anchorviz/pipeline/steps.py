@@ -34,6 +34,7 @@ from anchorviz.config import MethodConfig, RunConfig, TrainConfig
 from anchorviz.pipeline.keys import data_key, reference_key, run_id_for, student_key, teacher_key
 from anchorviz.pipeline.prepare import (
     data_config,
+    data_drop_report,
     eval_splits,
     protocol_report,
     split_domain,
@@ -55,6 +56,7 @@ __all__ = [
     "TEACHER_OUTPUTS",
     "RunResult",
     "anchor_reference",
+    "drop_metrics",
     "encode_run_pairs",
     "ensure_reference_capture",
     "ensure_teacher",
@@ -402,6 +404,8 @@ def ensure_teacher(store, cfg: RunConfig, data) -> RunResult:
                           "val": res.evals.to_dict("records")},
                 "labels_raw": label_stats(1 / (1 + np.exp(-margin))),
                 "protocol_dropped": protocol_report(full_data),
+                # rows each dataset lost while loading, by reason (output, not run key)
+                **drop_metrics(full_data),
                 "acc_val": acc_val,
                 "seconds": time.perf_counter() - t0}
 
@@ -411,6 +415,14 @@ def ensure_teacher(store, cfg: RunConfig, data) -> RunResult:
     used = TEACHER_OUTPUTS + ((CHECKPOINT_FILE,) if cfg.method.name == "seam" else ())
     return run_guarded(store, run_id, key, _tracked(body, cfg, store, run_id, key),
                        hash_files=used)
+
+
+def drop_metrics(data) -> dict:
+    """``data_dropped`` (``{dataset: {reason: rows}}``) and ``data_drop_examples`` (``{dataset:
+    {reason: [[row, why], ...]}}``) of prepared data, for the teacher's metrics.json."""
+    report = data_drop_report(data)
+    return {"data_dropped": {k: dict(r["dropped"]) for k, r in report.items()},
+            "data_drop_examples": {k: r["examples"] for k, r in report.items() if r["examples"]}}
 
 
 def _require_intact(run: RunResult, files: Collection[str]) -> None:
