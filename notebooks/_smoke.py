@@ -14,7 +14,10 @@ in a folder of their own (:func:`explorer_dir`, ``runs/demo-visibility``: the de
 holds only the demo's setting, and its report never reads several visibilities as seeds); the
 demo's finished runs are copied in from ``runs/demo`` (:func:`copy_finished_runs`), not retrained;
 :func:`plan`, :func:`describe_plan` and :func:`ensure_sweep` take such a list as well as one
-sweep (the list is trained as one run graph, so its runs share the workers).
+sweep (the list is trained as one run graph, so its runs share the workers). Notebook 03 trains
+only when asked (its ``TRAIN`` flag, or smoke mode): by default :func:`stored_sweep` reads the
+runs already finished, training nothing, and ``describe_plan(..., train=False)`` says what is
+missing and how to train it.
 """
 
 from __future__ import annotations
@@ -225,9 +228,12 @@ def plan(sw: Sweeps, folder: str | os.PathLike) -> dict:
             "cpu_minutes": cpu, "wall_minutes": wall, "jobs": jobs}
 
 
-def describe_plan(sw: Sweeps, folder: str | os.PathLike) -> str:
+def describe_plan(sw: Sweeps, folder: str | os.PathLike, train: bool = True) -> str:
     """One paragraph for the reader before a training cell: how many runs, how many already
-    stored (read, not retrained), and about how many minutes the rest will take."""
+    stored (read, not retrained), and about how many minutes the rest will take.
+
+    ``train=False`` (notebook 03's read-only default): the missing runs are named per teacher
+    visibility and not trained; the paragraph says how to train them (``TRAIN = True``)."""
     p = plan(sw, folder)
     head = (f"This sweep has {p['total']} runs (teacher, ceiling and students per seed, "
             f"strength and teacher visibility) in {folder}. ")
@@ -236,11 +242,25 @@ def describe_plan(sw: Sweeps, folder: str | os.PathLike) -> str:
                        "earlier notebook): the next cell only reads them (seconds).")
     lo, hi = p["cpu_minutes"]
     wlo, whi = p["wall_minutes"]
+    cost = (f"about {lo:.0f}-{hi:.0f} CPU-minutes, roughly {max(1, round(wlo))}-"
+            f"{max(1, round(whi))} minutes here with {p['jobs']} parallel worker(s), 2-3x "
+            "longer when other jobs share the cores")
+    if not train:
+        missing = set(p["missing"])
+        by_vis = []
+        for s in _sweeps(sw):
+            ids = sweep_run_ids(s)
+            if ids & missing:
+                by_vis.append(f"teacher visibility {s.base.data.artifact_teacher_visibility:g}: "
+                              f"{len(ids & missing)} of {len(ids)}")
+        return head + (f"{p['stored']} are stored and will be read; {len(missing)} are MISSING "
+                       f"and will not be trained (TRAIN = False): {'; '.join(by_vis)}. The "
+                       "explorer below shows the stored runs only. To train the missing ones, "
+                       f"set TRAIN = True in the first cell and run all cells again ({cost}; "
+                       "interrupting is safe: finished runs are kept and reused).")
     return head + (f"{p['stored']} are stored and will be read; {len(p['missing'])} will be "
-                   f"trained now: about {lo:.0f}-{hi:.0f} CPU-minutes, roughly "
-                   f"{max(1, round(wlo))}-{max(1, round(whi))} minutes here with "
-                   f"{p['jobs']} parallel worker(s), 2-3x longer when other jobs share the "
-                   "cores. Interrupting is safe: finished runs are kept and reused.")
+                   f"trained now: {cost}. Interrupting is safe: finished runs are kept and "
+                   "reused.")
 
 
 def ensure_sweep(sw: Sweeps, folder: str | os.PathLike):
@@ -252,6 +272,36 @@ def ensure_sweep(sw: Sweeps, folder: str | os.PathLike):
     sweeps = _sweeps(sw)
     results = sweep(sweeps, folder)
     return results[results["run_id"].isin(sweep_run_ids(sweeps))].reset_index(drop=True)
+
+
+#: the results columns notebook 03 reads, present (empty) even when no run is stored yet
+_RESULT_COLUMNS = ("run_id", "kind", "method", "seed", "anchor_lambda", "anchor_layers",
+                   "artifact_strength", "teacher_visibility", "acc_id", "acc_id_hidden", "wrg",
+                   "aog", "nts")
+
+
+def stored_sweep(sw: Sweeps, folder: str | os.PathLike):
+    """The results rows of the runs of the sweep (or list of sweeps) already finished in
+    ``folder``, training nothing: :func:`ensure_sweep`'s table without its training. The
+    folder's ``results.parquet`` is rebuilt from its run folders (as after a sweep), so that an
+    explorer opened on it sees them. With no finished run, an empty table that still has the
+    columns the notebook reads."""
+    import pandas as pd
+
+    from anchorviz.pipeline.results import results_table
+
+    folder = Path(folder)
+    results = results_table(folder) if (folder / "runs").is_dir() else pd.DataFrame()
+    if "run_id" not in results.columns:
+        return pd.DataFrame({c: pd.Series(dtype=object if c in (
+            "run_id", "kind", "method", "anchor_layers") else float) for c in _RESULT_COLUMNS})
+    return results[results["run_id"].isin(sweep_run_ids(sw))].reset_index(drop=True)
+
+
+def run_stored(cfg, folder: str | os.PathLike) -> bool:
+    """Whether every run that training ``cfg`` (a RunConfig) needs -- its teacher, ceiling
+    and student -- is already finished in ``folder``: then launching it only reads them."""
+    return all(_finished(Path(folder), n.id) for n in build_graph([cfg]) if n.kind != "reference")
 
 
 def hub_reachable(host: str = "huggingface.co", timeout: float = 3.0) -> bool:

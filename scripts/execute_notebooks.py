@@ -6,7 +6,8 @@ and nbviewer without an hour of CPU.
 
 Run ``anchorviz demo`` (or ``bash scripts/demo.sh``) first: the notebooks read its runs in
 ``runs/demo`` and train only what is missing (notebook 03 trains the demo at two more teacher
-visibilities, about 10 runs). Figures are stored as static PNG images (plotly's ``png``
+visibilities: this script sets its ``TRAIN`` flag, ``ANCHORVIZ_NOTEBOOK_TRAIN=1``, which a reader's
+Run All leaves off). Figures are stored as static PNG images (plotly's ``png``
 renderer, through kaleido), which GitHub shows and which keep each notebook small; run the
 notebook yourself for interactive figures and widgets. Refuses to run in smoke mode: a stored
 notebook shows the full default's numbers. Each notebook gets ``metadata.anchorviz`` (what was
@@ -90,6 +91,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     os.environ["ANCHORVIZ_NOTEBOOK_RENDERER"] = "png"  # read by notebooks/_smoke.py
     os.environ.setdefault("TQDM_DISABLE", "1")  # progress bars would fill the stored outputs
+    # notebook 03 trains only when asked: the stored execution shows the whole explorer
+    os.environ.setdefault("ANCHORVIZ_NOTEBOOK_TRAIN", "1")
     for name in args.notebooks:
         try:
             secs = execute(NOTEBOOK_DIR / name)

@@ -111,7 +111,7 @@ def _parameters(name: str) -> dict:
     """The parameters cell of a notebook, run as a user would (no environment overrides)."""
     first = next(c for c in _read(name).cells if c.cell_type == "code")
     env = {k: v for k, v in os.environ.items()
-           if k not in ("ANCHORVIZ_SMOKE", "ANCHORVIZ_NOTEBOOK_RUNS")}
+           if k not in ("ANCHORVIZ_SMOKE", "ANCHORVIZ_NOTEBOOK_RUNS", "ANCHORVIZ_NOTEBOOK_TRAIN")}
     ns: dict = {}
     with mock.patch.dict(os.environ, env, clear=True):
         exec(first.source, ns)  # noqa: S102 -- our own notebook's parameters cell
@@ -162,6 +162,65 @@ def test_every_training_cell_is_announced(name):
         assert any("describe_plan(" in src or "_smoke.plan(" in src for src in code[:i]), \
             f"{name}: code cell {i} trains without saying beforehand what it costs"
         assert "describe_plan(" not in code[i] and "_smoke.plan(" not in code[i]
+
+
+def test_explorer_trains_only_when_asked():
+    """Notebook 03 is read-only by default: its TRAIN flag is off, and only a branch on
+    ``TRAIN or SMOKE`` trains (``ensure_sweep``) or presses the launcher's Run button; the
+    default branch reads the stored runs (``stored_sweep``), and the plan it prints says what
+    is missing instead of announcing training."""
+    import ast
+
+    name = "03_anchor_explorer.ipynb"
+    params = _parameters(name)
+    assert params["TRAIN"] is False and params["SMOKE"] is False
+    assert "TRAIN" in next(c for c in _read(name).cells if c.cell_type == "code").source
+    code = "\n".join(c.source for c in _read(name).cells if c.cell_type == "code")
+    tree = ast.parse(code)
+    parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+
+    def guard(node):
+        """The ``if`` test and branch (body / orelse) a call sits in, innermost first."""
+        out = []
+        while node in parents:
+            parent = parents[node]
+            if isinstance(parent, ast.If):
+                out.append((ast.unparse(parent.test), node in parent.body))
+            node = parent
+        return out
+
+    calls = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            fn = ast.unparse(node.func).rsplit(".", 1)[-1]
+            calls.setdefault(fn, []).append(guard(node))
+    trains = calls["ensure_sweep"] + calls["launch"]
+    assert trains and all(g and g[0][0].startswith("TRAIN or SMOKE") and g[0][1]
+                          for g in trains), trains
+    (read,) = calls["stored_sweep"]
+    assert read[0] == ("TRAIN or SMOKE", False)  # the default branch
+    (described,) = calls["describe_plan"]
+    assert "train=TRAIN or SMOKE" in code
+    # nothing else trains: no sweep / run call outside those branches
+    assert not {"sweep", "run", "run_sweep"} & set(calls)
+
+
+def test_read_only_explorer_with_nothing_stored(tmp_path):
+    """TRAIN off and no run stored: the plan names what is missing and how to train it, the
+    stored results are an empty table with the columns the notebook reads, and nothing is
+    trained (the folder stays empty)."""
+    smoke = _smoke_module()
+    sweeps = smoke.explorer_configs(True)
+    text = smoke.describe_plan(sweeps, tmp_path, train=False)
+    n = len(smoke.sweep_runs(sweeps))
+    assert f"0 are stored and will be read; {n} are MISSING and will not be trained" in text
+    assert "teacher visibility 0.5: " in text and "teacher visibility 1: " in text
+    assert "set TRAIN = True" in text and "will be trained now" not in text
+    results = smoke.stored_sweep(sweeps, tmp_path)
+    assert results.empty and {"run_id", "kind", "method", "teacher_visibility"} <= set(results)
+    assert not any(tmp_path.iterdir())
+    # the default plan of 01 / 02 is unchanged
+    assert "will be trained now" in smoke.describe_plan(sweeps, tmp_path)
 
 
 def test_explorer_sweeps_are_the_demos_at_each_teacher_visibility():

@@ -191,8 +191,9 @@ def test_teacher_visibility_slider(tmp_path):
     w = ex.visibility_w
     assert w.layout.display != "none" and [v for _, v in w.options] == [0.5, 1.0]
     assert w.value == 0.5  # the value with the most runs: the sweep's own scenario
-    assert w in ex.widget.children[0].children  # the first row, beside lambda and layer
-    assert {ex.lambda_w, ex.layer_w} <= set(ex.widget.children[0].children)
+    controls = ex.widget.children[1].children[0]  # the controls column of the main row
+    assert w in controls.children  # beside lambda and layer
+    assert {ex.lambda_w, ex.layer_w} <= set(controls.children)
     by_id = res.set_index("run_id")
 
     rid = ex.update(method="anchor", lambda_=1.0, layer="last", seed=1)
@@ -255,7 +256,7 @@ def test_figure_widgets_when_anywidget_is_installed(explorer):
         assert all(type(f) is go.Figure for f in explorer.figures.values())
         return
     assert all(isinstance(f, go.FigureWidget) for f in explorer.figures.values())
-    assert explorer.widget.children[-2].children == (explorer.figures["drift"],)
+    assert explorer.widget.children[1].children[1].children == (explorer.figures["drift"],)
     # window resizes redraw the figures at the new width
     assert all(f._config.get("responsive") for f in explorer.figures.values())
 
@@ -287,22 +288,54 @@ def test_figures_follow_the_output_area_width(explorer):
         assert fig.layout.legend.x in (None, 0), name
 
 
-def test_rows_and_panels_wrap_in_a_narrow_output_area(explorer):
+def _px(basis: str) -> float:
+    value = basis.split()[-1]
+    assert value.endswith("px"), basis
+    return float(value[:-2])
+
+
+def test_controls_and_panels_share_one_wrapping_row(explorer):
+    """The controls, the drift panel and the accuracy panel are one row that wraps: side by
+    side in a 1280 px window (so a slider move shows its effect without scrolling), under
+    each other in a narrow output area; the map and its own controls follow below."""
     import ipywidgets as widgets
 
     root = explorer.widget
     assert root.layout.width == "100%" and root.layout.max_width
+    assert root.children[0] is explorer.status  # above the row, beside nothing
+    main = root.children[1]
+    assert isinstance(main, widgets.HBox)
+    assert main.layout.flex_flow == "row wrap" and main.layout.width == "100%"
+    controls, drift, accuracy = main.children
+    assert isinstance(controls, widgets.VBox)
+    assert set(controls.children) == {explorer.method_w, explorer.lambda_w, explorer.layer_w,
+                                      explorer.visibility_w, explorer.target_w,
+                                      explorer.seed_w, explorer.strength_w}
+    assert drift is explorer._slots["drift"].box and accuracy is explorer._slots["accuracy"].box
+    # the three bases fit the output area of a 1280 px window (about 1100 px) with the gaps
+    bases = [_px(b.layout.flex) for b in main.children]
+    assert sum(bases) <= 1100, bases
+    # the map row below: its own two controls, then the map as wide as the output area
+    assert list(root.children[2].children) == [explorer.view_layer_w, explorer.color_by_w]
+    assert root.children[3] is explorer._slots["umap"].box
+
+
+def test_rows_and_panels_wrap_in_a_narrow_output_area(explorer):
+    import ipywidgets as widgets
+
+    root = explorer.widget
     rows = [b for b in _boxes(root) if isinstance(b, widgets.HBox)]
-    assert len(rows) == 3  # two rows of controls and the umap / accuracy panels
+    assert len(rows) == 2  # controls + drift + accuracy, and the map's two controls
     for row in rows:
         assert row.layout.flex_flow == "row wrap" and row.layout.width == "100%", row.children
-    panels = rows[-1]
-    assert [b.children[0] for b in panels.children] == [explorer._slots["umap"].widget,
-                                                        explorer._slots["accuracy"].widget]
-    for box in panels.children:  # each may shrink and grows from a basis, side by side or not
+    panels = [explorer._slots["drift"].box, explorer._slots["accuracy"].box]
+    for box in panels:  # each may shrink and grows from a basis, side by side or not
         assert box.layout.flex.startswith("1 1 ") and box.layout.min_width == "0"
         assert box.layout.width is None
-    assert explorer._slots["drift"].box.layout.width == "100%"
+    # the controls column keeps its width (0 grow) and may shrink in a very narrow area
+    assert rows[0].children[0].layout.flex.startswith("0 1 ")
+    assert rows[0].children[0].layout.min_width == "0"
+    assert explorer._slots["umap"].box.layout.width == "100%"
     # no box anywhere has a fixed pixel width
     for box in _boxes(root):
         assert not str(box.layout.width or "").endswith("px"), box
@@ -347,6 +380,52 @@ def test_colours_are_the_colour_blind_safe_palette(explorer):
     naive = drift_trace(drift, "naive", "source", "cka").line.color
     assert selected != naive and {selected, naive} <= set(OKABE_ITO.values())
     explorer.update(color_by="domain")
+
+
+def test_status_shows_the_selected_targets_own_aog(explorer, results):
+    """With a target selected, the status line gives that target's AOG (``aog_<target>``), the
+    pooled AOG and NTS after it as "over all targets"."""
+    rid = explorer.update(method="anchor", lambda_=1.0, layer="middle", target="nyt", seed=1)
+    row = results.set_index("run_id").loc[rid]
+    teacher = results[(results["kind"] == "teacher") & (results["seed"] == 1)].iloc[0]
+    # the column is the student's accuracy on nyt minus its teacher's
+    assert row["aog_nyt"] == pytest.approx(row["acc_nyt"] - teacher["acc_nyt"])
+    assert row["aog_nyt"] != pytest.approx(row["aog"])  # the pooled value differs
+    text = explorer.status_text
+    assert (f"WRG {100 * row['wrg']:+.1f}, AOG nyt {100 * row['aog_nyt']:+.1f} points vs "
+            "teacher") in text
+    assert f"over all targets: AOG {100 * row['aog']:+.1f}, NTS {100 * row['nts']:+.1f}" in text
+    explorer.update(target="amazon")
+    assert f"AOG amazon {100 * row['aog_amazon']:+.1f} points vs teacher" in explorer.status_text
+
+
+def test_status_aog_hand_checked_and_pooled_without_target_columns(tmp_path):
+    """Hand-set numbers: on tweets the student is 2.3 points below its teacher while the
+    pooled AOG is +0.9; runs stored before per-target AOG show the pooled one as before."""
+    sweep = write_fake_sweep(tmp_path / "s", seeds=(0,), lambdas=(0.1,), layers=("last",),
+                             methods=("naive", "anchor"), targets=("amazon", "tweets"),
+                             projection_layers=(6,), n_pairs=20)
+    res = pd.read_parquet(sweep / "results.parquet")
+    naive = res["method"] == "naive"
+    res.loc[naive, ["wrg", "aog", "nts", "aog_amazon", "aog_tweets"]] = [
+        0.07, 0.009, 0.009, 0.041, -0.023]
+    res.to_parquet(sweep / "results.parquet")
+    ex = SweepExplorer(sweep, preload_projections=False)
+    ex.update(method="naive", target="tweets")
+    assert "WRG +7.0, AOG tweets -2.3 points vs teacher | over all targets: AOG +0.9, " \
+        "NTS +0.9" in ex.status_text
+    ex.update(target="amazon")
+    assert "AOG amazon +4.1 points vs teacher" in ex.status_text
+
+    res.drop(columns=["aog_amazon", "aog_tweets"]).to_parquet(sweep / "results.parquet")
+    old = SweepExplorer(sweep, preload_projections=False)
+    old.update(method="naive", target="tweets")
+    assert "WRG +7.0, AOG +0.9, NTS +0.9 points vs teacher" in old.status_text
+    assert "over all targets" not in old.status_text and "AOG tweets" not in old.status_text
+    # and with no target given, the pooled scores
+    row = res[naive].iloc[0]
+    assert SweepExplorer._score_parts(row, None) == ["WRG +7.0, AOG +0.9, NTS +0.9 points vs "
+                                                      "teacher"]
 
 
 def test_status_escapes_values_from_the_sweep(tmp_path):

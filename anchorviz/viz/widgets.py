@@ -13,9 +13,11 @@ programmatically what the controls do.
 :class:`RunLauncher` is a form (method, lambda, layers, seed) with a Run button that calls
 ``anchorviz.pipeline.sweep.run`` and reports the run directories (or the error) in its output area.
 
-The layout follows the width of the output area: the figures autosize (no fixed width), the
-rows of controls and the two lower panels wrap under each other in a narrow notebook column
-instead of being cut off, and every colour comes from the Okabe-Ito palette of
+The layout follows the width of the output area: the controls, the drift panel and the
+accuracy panel share one row (at 1280 px side by side, so a slider move shows its effect
+without scrolling; the map, with its own two controls, is below them); the row wraps its
+panels under each other in a narrow notebook column instead of cutting them off, the figures
+autosize (no fixed width), and every colour comes from the Okabe-Ito palette of
 `anchorviz.viz.common` (``OKABE_ITO`` / ``TEMPLATE``: no red / green pair). Values
 shown in the HTML status lines (run ids, paths, error messages) are HTML-escaped;
 ``status_text`` gives the same line as plain text for printing.
@@ -88,10 +90,13 @@ _SELECTED_COLOR = _OI["blue"]
 _NAIVE_COLOR = METHOD_COLORS["naive"]
 _ACC_COLORS = {"acc_id": _OI["blue"], "ood": _OI["orange"]}
 _MOVEMENT_COLOR = "rgba(153,153,153,0.45)"  # Okabe-Ito grey, see-through
-#: panel sizes: the heights are fixed, the widths follow the output area (plotly autosize);
-#: the two lower panels sit side by side while each gets at least _PANEL_BASIS, else they wrap
-_DRIFT_HEIGHT, _PANEL_HEIGHT = 520, 520
-_PANEL_BASIS = "440px"
+#: panel sizes: the heights are fixed, the widths follow the output area (plotly autosize).
+#: The controls column (_CONTROLS_BASIS) and the drift and accuracy panels (each at least
+#: _PANEL_BASIS) share one row: side by side in a 1280 px window (about 1100 px of output
+#: area), wrapping under each other when narrower; the map has a row of its own below
+_DRIFT_HEIGHT, _PANEL_HEIGHT, _MAP_HEIGHT = 600, 600, 520
+_CONTROLS_BASIS = "310px"
+_PANEL_BASIS = "360px"
 _MAX_WIDTH = "1600px"
 _TITLE_FONT = {"size": 15}
 
@@ -302,8 +307,8 @@ class SweepExplorer:
         self._build_controls(students)
         self.figures: dict[str, go.Figure] = {}
         panel = {"flex": f"1 1 {_PANEL_BASIS}"}  # side by side, or under each other
-        self._slots = {"drift": _FigureSlot(self._empty_drift(), width="100%"),
-                       "umap": _FigureSlot(self._empty_umap(), **panel),
+        self._slots = {"drift": _FigureSlot(self._empty_drift(), **panel),
+                       "umap": _FigureSlot(self._empty_umap(), width="100%"),
                        "accuracy": _FigureSlot(self._empty_accuracy(), **panel)}
         self.figures = {k: s.figure for k, s in self._slots.items()}
         self.widget = self._layout()
@@ -392,15 +397,19 @@ class SweepExplorer:
                 "view_layer": self.view_layer_w, "color_by": self.color_by_w}
 
     def _layout(self) -> widgets.VBox:
-        # every row wraps: in a narrow output area (file browser open, small screen) controls
-        # and the two lower panels go onto further lines instead of past the right edge, where
-        # the output area would cut them off
-        row1 = _wrap_row([self.method_w, self.lambda_w, self.layer_w, self.visibility_w])
-        row2 = _wrap_row([self.target_w, self.seed_w, self.strength_w, self.view_layer_w,
-                          self.color_by_w])
-        panels = _wrap_row([self._slots["umap"].box, self._slots["accuracy"].box],
-                           align_items="flex-start")
-        return widgets.VBox([row1, row2, self.status, self._slots["drift"].box, panels],
+        # one wrapping row: the controls (a column) beside the drift and accuracy panels, so
+        # that in a 1280 px window a slider move shows its effect without scrolling; in a
+        # narrow output area (file browser open, small screen) the panels go onto further
+        # lines instead of past the right edge, where the output area would cut them off.
+        # The map and its two controls follow below, the status line above
+        controls = widgets.VBox(
+            [self.method_w, self.lambda_w, self.layer_w, self.visibility_w, self.target_w,
+             self.seed_w, self.strength_w],
+            layout=widgets.Layout(flex=f"0 1 {_CONTROLS_BASIS}", min_width="0"))
+        main = _wrap_row([controls, self._slots["drift"].box, self._slots["accuracy"].box],
+                         align_items="flex-start")
+        map_controls = _wrap_row([self.view_layer_w, self.color_by_w])
+        return widgets.VBox([self.status, main, map_controls, self._slots["umap"].box],
                             layout=widgets.Layout(width="100%", max_width=_MAX_WIDTH))
 
     @property
@@ -504,27 +513,30 @@ class SweepExplorer:
         return run_id
 
     def _empty_drift(self) -> go.Figure:
-        fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.1,
+        # the two metrics stacked over one layer axis: the panel is a column of the row
+        fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.16,
                             subplot_titles=["linear CKA(student, reference): 1 = unchanged",
                                             "cosine drift 1 - cos: 0 = unchanged"])
         styles = [("selected", "source", _SELECTED_COLOR, "solid"),
                   ("selected", "target", _SELECTED_COLOR, "dash"),
                   ("naive", "source", _NAIVE_COLOR, "solid"),
                   ("naive", "target", _NAIVE_COLOR, "dash")]
-        for c, metric in ((1, "cka"), (2, "cosine")):
+        for r, metric in ((1, "cka"), (2, "cosine")):
             for who, dom, color, dash in styles:
                 fig.add_trace(go.Scatter(
                     x=[], y=[], mode="lines+markers", line={"color": color, "dash": dash},
-                    legendgroup=f"{who}-{dom}", showlegend=c == 1,
-                    meta={"who": who, "domain": dom, "metric": metric}), row=1, col=c)
-            fig.update_xaxes(title_text="layer (0 = embeddings)", dtick=1, row=1, col=c)
-        fig.update_yaxes(title_text=DRIFT_METRICS["cka"][1], row=1, col=1)
-        fig.update_yaxes(title_text="cosine drift 1 - cos", row=1, col=2)
-        fig.update_annotations(font_size=13)  # the subplot titles, side by side when narrow
+                    legendgroup=f"{who}-{dom}", showlegend=r == 1,
+                    meta={"who": who, "domain": dom, "metric": metric}), row=r, col=1)
+            fig.update_xaxes(dtick=1, showticklabels=True, row=r, col=1)
+        fig.update_xaxes(title_text="layer (0 = embeddings)", row=2, col=1)
+        # short axis titles: the subplot titles above each say what is drawn
+        fig.update_yaxes(title_text=DRIFT_METRICS["cka"][0].upper(), row=1, col=1)
+        fig.update_yaxes(title_text="1 - cos", row=2, col=1)
+        fig.update_annotations(font_size=12)  # the subplot titles, within a narrow panel
         # no width: the figure fills its box (autosize); the legend goes below the axis titles
         # in the figure's own bottom margin (its long trace names wrap there, nothing is cut)
         fig.update_layout(height=_DRIFT_HEIGHT, autosize=True, template=TEMPLATE,
-                          title_font=_TITLE_FONT, margin={"t": 100, "b": 150, "l": 60, "r": 20},
+                          title_font=_TITLE_FONT, margin={"t": 110, "b": 160, "l": 60, "r": 20},
                           legend=BOTTOM_LEGEND)
         return fig
 
@@ -549,9 +561,10 @@ class SweepExplorer:
                 tr.name = f"{name} · {where}"
                 tr.hovertemplate = (f"{name}<br>{where}<br>layer %{{x}}<br>%{{y:.5g}}"
                                     "<extra></extra>")
-            fig.layout.title.text = (f"Drift per layer: {label} vs naive W2S<br><sup>seed "
-                                     f"{self.seed_w.value}{self._condition_caption()}; solid = "
-                                     f"source, dashed = target {target}</sup>")
+            # short lines: the panel may be a third of the row wide
+            fig.layout.title.text = (f"Drift per layer vs naive W2S<br><sup>{label}, seed "
+                                     f"{self.seed_w.value}{self._condition_caption()}<br>"
+                                     f"solid = source, dashed = target {target}</sup>")
 
     def _source_domain(self, run_id: str) -> str:
         table = self._drift.get(run_id)
@@ -574,7 +587,7 @@ class SweepExplorer:
         fig.add_trace(go.Scattergl(x=[], y=[], mode="lines", hoverinfo="skip",
                                    line={"color": _MOVEMENT_COLOR, "width": 1},
                                    meta={"model": "movement"}))
-        fig.update_layout(height=_PANEL_HEIGHT, autosize=True, template=TEMPLATE,
+        fig.update_layout(height=_MAP_HEIGHT, autosize=True, template=TEMPLATE,
                           title_font=_TITLE_FONT, margin={"t": 80, "b": 150, "l": 60, "r": 20},
                           xaxis_title="map axis 1 (shared map of reference states)",
                           yaxis_title="map axis 2", legend=BOTTOM_LEGEND)
@@ -641,7 +654,7 @@ class SweepExplorer:
         fig.update_layout(height=_PANEL_HEIGHT, autosize=True, barmode="group",
                           template=TEMPLATE, title_font=_TITLE_FONT,
                           yaxis_title="pairwise accuracy (%)",
-                          margin={"t": 120, "b": 60, "l": 60, "r": 20},
+                          margin={"t": 150, "b": 60, "l": 60, "r": 20},
                           legend=TOP_LEGEND)  # above the bars: the method names
         # below them take as much room as their (rotated) labels need
         fig.add_hline(y=50, line={"dash": "dot", "color": "grey"})
@@ -669,13 +682,34 @@ class SweepExplorer:
             fig.layout.yaxis.range = [50.0 if lo >= 52 else max(0.0, math.floor(lo - 5)),
                                       min(100.0, math.ceil(np.nanmax(summary["hi"]) * 100 + 3))]
             cond = self._condition_caption()
-            fig.layout.title.text = (f"Pairwise accuracy: {label}<br><sup>outlined = selected"
-                                     f"{cond}; {interval_caption(summary)}</sup>")
+            fig.layout.title.text = (f"Pairwise accuracy<br><sup>outlined: {label}{cond}<br>"
+                                     f"{interval_caption(summary)}</sup>")
 
     @property
     def status_text(self) -> str:
         """The status line as plain text (no markup), for printing."""
         return _plain(self.status.value)
+
+    @staticmethod
+    def _score_parts(row: pd.Series, target: str | None) -> list[str]:
+        """The scores of the status line, points vs the teacher. With a target selected and
+        its own ``aog_<target>`` column stored, AOG is that target's (the pooled AOG can hide
+        a target where the student is below its teacher) and the pooled AOG and NTS (which is
+        computed from it) follow as "over all targets"; else WRG, AOG and NTS pooled."""
+
+        def fmt(name: str, v: Any) -> str | None:
+            ok = v is not None and not pd.isna(v) and np.isfinite(float(v))
+            return f"{name} {100 * float(v):+.1f}" if ok else None
+
+        own = fmt(f"AOG {_escape(str(target))}", row.get(f"aog_{target}")) if target else None
+        if own is None:  # no target selected, or runs stored before per-target AOG
+            txt = ", ".join(t for t in (fmt(k.upper(), row.get(k)) for k in ("wrg", "aog", "nts"))
+                            if t)
+            return [txt + " points vs teacher"] if txt else []
+        first = ", ".join(t for t in (fmt("WRG", row.get("wrg")), own) if t)
+        pooled = ", ".join(t for t in (fmt("AOG", row.get("aog")), fmt("NTS", row.get("nts")))
+                           if t)
+        return [first + " points vs teacher"] + (["over all targets: " + pooled] if pooled else [])
 
     def _update_status(self, row: pd.Series, label: str) -> None:
         # every value from the sweep (label, run id, target name) is escaped: a name with
@@ -691,10 +725,7 @@ class SweepExplorer:
                (f"OOD {_escape(target)}", row.get(f"acc_{target}"))]
         parts.append(", ".join(f"{k} {100 * v:.1f}%" for k, v in acc
                                if v is not None and np.isfinite(v)))
-        scores = [(k.upper(), row.get(k)) for k in ("wrg", "aog", "nts")]
-        txt = ", ".join(f"{k} {100 * v:+.1f}" for k, v in scores if v is not None and np.isfinite(v))
-        if txt:
-            parts.append(txt + " points vs teacher")
+        parts.extend(self._score_parts(row, target))
         if not all(slot.live for slot in self._slots.values()):
             parts.append("<i>figures redrawn whole: install anywidget for in-place updates</i>")
         self.status.value = " | ".join(parts)
