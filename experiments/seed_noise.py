@@ -97,6 +97,38 @@ def predicted_sd(summary: dict, n_source: int, n_target: int) -> float:
     return v ** 0.5
 
 
+def window_verdicts(store: str | Path, size: int) -> list[dict]:
+    """The failure-mode verdict (`anchorviz.analysis.summary.failure_mode`) on the whole seed set
+    and on consecutive windows of ``size`` seeds (e.g. the two five-seed halves of ten)."""
+    from anchorviz.analysis.summary import failure_mode
+
+    res = results_table(store)
+    seeds = sorted(int(s) for s in res.loc[res["method"] == "naive", "seed"].unique())
+    windows = [seeds] + ([seeds[i:i + size] for i in range(0, len(seeds), size)]
+                         if size and len(seeds) > size else [])
+    out = []
+    for w in windows:
+        fm = failure_mode(res[res["seed"].isin(w)])
+        p = fm["pooled"]
+        out.append({"seeds": w, "wrg": fm["wrg"], "pooled": p, "failure_mode": fm["failure_mode"],
+                    "strict": fm["strict"], "targets": fm["failure_targets"]})
+    return out
+
+
+def windows_markdown(rows: list[dict]) -> str:
+    out = ["| seeds | WRG (95% seed interval) | WRG - AOG pooled (interval, p) | failure mode | "
+           "targets on their own (Holm) | strict (AOG < 0) |", "|---|---|---|---|---|---|"]
+    for r in rows:
+        w, p = r["wrg"], r["pooled"]
+        s = r["seeds"]
+        out.append(f"| {s[0]}-{s[-1]} ({len(s)}) | {100 * w['mean']:+.1f} [{100 * w['lo']:+.1f}, "
+                   f"{100 * w['hi']:+.1f}] | {100 * p['mean']:+.1f} [{100 * p['lo']:+.1f}, "
+                   f"{100 * p['hi']:+.1f}], p {p['p']:.3f} | "
+                   f"{'YES' if r['failure_mode'] else 'no'} | {', '.join(r['targets']) or '-'} | "
+                   f"{'YES' if r['strict'] else 'no'} |")
+    return "\n".join(out)
+
+
 def markdown(df: pd.DataFrame, s: dict, command: str, sizes: list[tuple[int, int]]) -> str:
     out = [f"Command: `{command}`", "",
            "| seed | WRG | AOG | WRG - AOG | eval SD of WRG (source pairs) | eval SD of AOG "
@@ -128,11 +160,15 @@ def main() -> None:
     ap.add_argument("--n-boot", type=int, default=2000)
     ap.add_argument("--sizes", nargs="+", default=["300x300", "1500x1000", "3000x1500"],
                     help="SOURCExTARGET evaluation sizes to predict the spread at")
+    ap.add_argument("--windows", type=int, default=5,
+                    help="also give the verdict on consecutive windows of this many seeds")
     ap.add_argument("--doc", default=None)
     args = ap.parse_args()
     df, s = decompose(args.store, args.n_boot)
     sizes = [tuple(int(x) for x in v.split("x")) for v in args.sizes]
     text = markdown(df, s, "python " + " ".join(sys.argv), sizes)
+    text += ("\n\nThe failure-mode verdict on all seeds and on windows of "
+             f"{args.windows}:\n\n" + windows_markdown(window_verdicts(args.store, args.windows)))
     print(text)
     if args.doc:
         Path(args.doc).write_text(text + "\n")

@@ -498,7 +498,12 @@ def fake_experiment(calls: list, fail: bool = False) -> types.SimpleNamespace:
 
 
 def use_fake_pipeline(monkeypatch, mod) -> None:
-    """Patch the launcher's config and run functions where it looks them up."""
+    """Patch the launcher's config and run functions where it looks them up. Modules that bind
+    ``config_from_dict`` at import (anchorviz.sweep_config) are imported first, so a first
+    import during the patch never keeps the fake."""
+    import anchorviz.pipeline.sweep  # noqa: F401
+    import anchorviz.sweep_config  # noqa: F401
+
     for name in ("config_from_dict", "load_config", "with_overrides"):
         monkeypatch.setattr(f"anchorviz.config.{name}", getattr(mod, name))
     monkeypatch.setattr("anchorviz.pipeline.sweep.run", mod.run)
