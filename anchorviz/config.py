@@ -37,6 +37,7 @@ __all__ = [
     "model_shape",
     "TUNED_TRAIN",
     "check_dataset_entry",
+    "coerce_number",
     "config_from_dict",
     "dataset_label",
     "dataset_path",
@@ -613,12 +614,13 @@ def _type_ok(value: Any, tp: Any) -> bool:
     return True
 
 
-def _coerce_number(v: Any, tp: Any) -> Any:
+def coerce_number(v: Any, tp: Any) -> Any:
     """One coercion for every numeric setting, from a YAML file or ``--set`` alike: YAML 1.1
     reads ``2e-2`` (no dot) as a string and ``1e3`` may come as a float. A float field (also
     ``float | None``) takes a numeric string and an int as a float; an int field takes an
     integral float or numeric string (``1e3`` -> 1000). Anything else is returned unchanged,
-    for `_type_ok` to refuse (``1.5`` for an int field)."""
+    for `_type_ok` to refuse (``1.5`` for an int field). The sweep grid's lists use it too
+    (`anchorviz.sweep_config.sweep_from_dict`)."""
     args = set(typing.get_args(tp)) if typing.get_origin(tp) in (typing.Union, types.UnionType) \
         else {tp}
     if v is None or isinstance(v, bool) or not ({int, float} & args):
@@ -661,7 +663,7 @@ def _from_dict(cls, data: Any, where: str, default: Any = None):
         if dataclasses.is_dataclass(tp):
             kwargs[k] = _from_dict(tp, v, f"{where}.{k}", getattr(defaults, k))
             continue
-        v = _coerce_number(v, tp)
+        v = coerce_number(v, tp)
         if not _type_ok(v, tp):
             raise ConfigError(f"{where}.{k}: expected {getattr(tp, '__name__', tp)}, got {v!r}")
         kwargs[k] = v

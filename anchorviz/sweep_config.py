@@ -15,6 +15,7 @@ from anchorviz.config import (
     METHODS,
     ConfigError,
     RunConfig,
+    coerce_number,
     config_from_dict,
     parse_sets,
     read_settings_file,
@@ -39,6 +40,12 @@ class SweepConfig:
     detail_seeds: list[int] | None = None
 
 
+# the grid lists of numbers, with the type of each list's items
+_NUMERIC_GRID = {"anchor_lambdas": float, "seeds": int, "artifact_strengths": float,
+                 "detail_seeds": int}
+_NUMBER_WORD = {float: "a number", int: "a whole number (1e3 reads as 1000)"}
+
+
 def sweep_from_dict(d: dict, where: str = "sweep") -> SweepConfig:
     if not isinstance(d, dict):
         raise ConfigError(f"{where}: expected a mapping with 'base' and 'grid'")
@@ -61,6 +68,12 @@ def sweep_from_dict(d: dict, where: str = "sweep") -> SweepConfig:
     for k, v in grid.items():
         if not isinstance(v, list) or not v:
             raise ConfigError(f"{where}.grid.{k}: expected a non-empty list, got {v!r}")
+        if k in _NUMERIC_GRID:  # the config fields' coercion: '2e-2' -> 0.02, 1e3 -> 1000
+            tp = _NUMERIC_GRID[k]
+            grid[k] = [coerce_number(x, tp) for x in v]
+            for x in grid[k]:
+                if isinstance(x, bool) or not isinstance(x, (float, int) if tp is float else int):
+                    raise ConfigError(f"{where}.grid.{k}: {x!r} is not {_NUMBER_WORD[tp]}")
     sw = SweepConfig(base=base, **grid)
     for m in sw.methods:
         if m not in METHODS:
