@@ -9,7 +9,11 @@ Run ``anchorviz demo`` (or ``bash scripts/demo.sh``) first: the notebooks read i
 visibilities: this script sets its ``TRAIN`` flag, ``ANCHORVIZ_NOTEBOOK_TRAIN=1``, which a reader's
 Run All leaves off). Figures are stored as static PNG images (plotly's ``png``
 renderer, through kaleido), which GitHub shows and which keep each notebook small; run the
-notebook yourself for interactive figures and widgets. Refuses to run in smoke mode: a stored
+notebook yourself for interactive figures and widgets. Each figure is laid out for the width GitHub
+shows it at (``anchorviz.viz.export.static_layout``: ``NOTEBOOK_WIDTH`` CSS px, legend below the
+plot, titles wrapped) and stored at twice the pixels; the explorer widget, which GitHub cannot
+show, gets a static picture of its first state after it (``show_widget_picture``), both set up
+in the kernel before the first cell (``use_notebook_images``). Refuses to run in smoke mode: a stored
 notebook shows the full default's numbers. Each notebook gets ``metadata.anchorviz`` (what was
 executed, when, with which version) so the tests can tell a stored execution from stray output.
 """
@@ -33,6 +37,12 @@ NOTEBOOK_DIR = REPO / "notebooks"
 # outputs would name that folder
 DEFAULT = ["01_failure_mode.ipynb", "02_representation_drift.ipynb", "03_anchor_explorer.ipynb"]
 MAX_BYTES = 3_000_000
+# run in the kernel before the first cell: plotly's png renderer lays each figure out for the
+# export width, and a widget with figures (the explorer) gets a static picture after it
+KERNEL_SETUP = ("__import__('anchorviz.viz.export', fromlist=['use_notebook_images'])"
+                ".use_notebook_images()")
+PICTURE_MARK = "anchorviz_static_picture"  # anchorviz.viz.export.PICTURE_MARK
+WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
 
 
 def _progress_widget(output) -> bool:
@@ -44,13 +54,38 @@ def _progress_widget(output) -> bool:
     return not text or "%|" in text
 
 
+def widget_pictures(nb) -> list[str]:
+    """Give each stored widget output a short text form and check that a static picture
+    follows it: GitHub shows a widget's ``text/plain`` (``VBox(children=(HBox(...``), so it
+    now says that the picture below is the widget. Returns what is missing (empty: all
+    pictured)."""
+    missing = []
+    for i, cell in enumerate(nb.cells):
+        if cell.cell_type != "code":
+            continue
+        outs = cell.outputs
+        for j, o in enumerate(outs):
+            if WIDGET_MIME not in o.get("data", {}):
+                continue
+            after = outs[j + 1:]
+            images = [a for a in after if "image/png" in a.get("data", {})
+                      and PICTURE_MARK in a.get("metadata", {})]
+            if not images:
+                missing.append(f"cell {i}: a widget output without a static picture after it")
+                continue
+            o["data"]["text/plain"] = ("[interactive widget: run the notebook to use it; a static "
+                                       "picture of its first state follows]")
+    return missing
+
+
 def execute(path: Path, timeout: int = 3600) -> float:
     nb = nbformat.read(path, as_version=4)
     for cell in nb.cells:
         if cell.cell_type == "code":
             cell.outputs, cell.execution_count = [], None
     client = nbclient.NotebookClient(nb, timeout=timeout, kernel_name="python3",
-                                     resources={"metadata": {"path": str(path.parent)}})
+                                     resources={"metadata": {"path": str(path.parent)}},
+                                     extra_arguments=[f"--IPKernelApp.exec_lines={KERNEL_SETUP}"])
     t0 = time.perf_counter()
     try:
         client.execute()
@@ -66,6 +101,12 @@ def execute(path: Path, timeout: int = 3600) -> float:
     for cell in nb.cells:  # progress-bar widgets would be stored frozen at their first frame
         if cell.cell_type == "code":
             cell.outputs = [o for o in cell.outputs if not _progress_widget(o)]
+    missing = widget_pictures(nb)
+    if missing:  # e.g. kaleido's browser failed in the picture hook: the cell itself ran
+        failed = Path(tempfile.gettempdir()) / f"{path.stem}.failed.ipynb"
+        nbformat.write(nb, failed)
+        raise nbclient.exceptions.CellExecutionError(
+            "; ".join(missing) + f" (the executed copy is {failed})", "", "")
     nb.metadata["anchorviz"] = {"executed": "full", "anchorviz_version": __version__,
                                 "date": dt.date.today().isoformat(),
                                 "seconds": round(seconds)}

@@ -6,7 +6,9 @@ Chromium, driven by Playwright, opens ``03_anchor_explorer.ipynb`` in a 1280 px 
 the file browser open, runs all cells, waits for the lambda slider, moves it with the keyboard
 and checks that the explorer's figures changed and that nothing of the explorer is cut off:
 every control, figure, legend and title lies inside the output area (and the output area inside
-the notebook). Screenshots go to ``test-artifacts/anchor_explorer.png`` and
+the notebook). The report's figures at 1280 px and the notebooks' figures as exported
+(``static_layout`` at ``NOTEBOOK_WIDTH``, from a fake sweep) are checked for text that runs
+into other text: no title, legend, axis title or subplot title overlaps another. Screenshots go to ``test-artifacts/anchor_explorer.png`` and
 ``anchor_explorer_panels.png``.
 """
 
@@ -330,6 +332,78 @@ def test_lambda_slider_changes_the_figures(lab, tmp_path):
         assert not _clipped(fit), f"{when}: " + "\n".join(_clipped(fit))
 
 
+# the text of every plotly figure in the page: its title, legend, axis titles and annotations
+# (subplot titles, a shared x title), each with its box, for the overlap check
+_TEXT_BOXES_JS = """() => Array.from(document.querySelectorAll('.js-plotly-plot')).map(el => {
+    const rect = e => { const r = e.getBoundingClientRect();
+                        return {left: r.left, right: r.right, top: r.top, bottom: r.bottom}; };
+    const parts = Array.from(el.querySelectorAll('g')).filter(g => {
+        const c = g.getAttribute('class') || '';
+        return /^g-(g|x\\d*|y\\d*)title$/.test(c) || c === 'legend' || c === 'annotation';
+    }).filter(g => g.getBoundingClientRect().width > 0 && g.getBoundingClientRect().height > 0);
+    const title = (el.layout && el.layout.title && (el.layout.title.text || '')) || '';
+    return {title: String(title).slice(0, 60), box: rect(el),
+            parts: parts.map(g => ({kind: g.getAttribute('class'),
+                                    text: (g.textContent || '').slice(0, 50), ...rect(g)}))};
+})"""
+
+
+def _overlaps(figs: list[dict], tol: float = 1.0) -> list[str]:
+    """Text of a figure that runs into other text of it (title over legend, one x title into
+    the next, a subplot title over the title) or out of the figure (a cut title): empty when
+    every text box stands free."""
+    bad = []
+    for f in figs:
+        parts = f["parts"]
+        for p in parts:
+            if _outside(p, f["box"], tol, vertical=True):
+                bad.append(f"{f['title']!r}: {p['kind']} {p['text']!r} cut off by the figure")
+        for i, a in enumerate(parts):
+            for b in parts[i + 1:]:
+                if (min(a["right"], b["right"]) - max(a["left"], b["left"]) > tol
+                        and min(a["bottom"], b["bottom"]) - max(a["top"], b["top"]) > tol):
+                    bad.append(f"{f['title']!r}: {a['kind']} {a['text']!r} overlaps "
+                               f"{b['kind']} {b['text']!r}")
+    return bad
+
+
+def test_notebook_figures_read_at_the_export_width(tmp_path):
+    """The figures notebooks 01-03 store as images, built with the notebooks' calls from a fake
+    sweep and laid out as scripts/execute_notebooks.py exports them (``static_layout`` at
+    ``NOTEBOOK_WIDTH``), drawn in Chromium: no title, legend, axis title or subplot title runs
+    into another or out of the figure."""
+    sys.path.insert(0, str(REPO / "tests"))
+    from notebook_figures import demo_like_sweep, notebook_figures
+
+    from anchorviz.viz.export import NOTEBOOK_WIDTH, static_layout
+
+    figs = notebook_figures(demo_like_sweep(tmp_path / "sweep"))
+    body = []
+    for i, (name, fig) in enumerate(figs.items()):
+        s = static_layout(fig)
+        body.append(f"<h3>{name}</h3>" + s.to_html(full_html=False, include_plotlyjs=(
+            "inline" if i == 0 else False), config={"staticPlot": True}))
+    page_file = tmp_path / "notebook_figures.html"
+    page_file.write_text("<!doctype html><html><body style='margin:0'>" + "".join(body)
+                         + "</body></html>", encoding="utf-8")
+    ARTIFACTS.mkdir(exist_ok=True)
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROME_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": NOTEBOOK_WIDTH + 40, "height": 900})
+            page.goto(page_file.as_uri())
+            page.wait_for_function("() => Array.from(document.querySelectorAll('.js-plotly-plot'))"
+                                   f".filter(el => el._fullLayout).length === {len(figs)}",
+                                   timeout=60_000)
+            page.screenshot(path=str(ARTIFACTS / "notebook_figures.png"), full_page=True)
+            boxes = page.evaluate(_TEXT_BOXES_JS)
+        finally:
+            browser.close()
+    assert len(boxes) == len(figs)
+    assert all(abs(b["box"]["right"] - b["box"]["left"] - NOTEBOOK_WIDTH) <= 1 for b in boxes)
+    assert not _overlaps(boxes), "\n".join(_overlaps(boxes))
+
+
 def test_report_fits_1280_px_and_leads_with_the_verdict(tmp_path):
     """The HTML report at 1280 px: no horizontal scrolling, every figure and the table inside
     the page width, and the verdict above the first figure."""
@@ -361,9 +435,12 @@ def test_report_fits_1280_px_and_leads_with_the_verdict(tmp_path):
                                  return {left: r.left, right: r.right, top: r.top}; }),
                 table: document.querySelector('table.results').getBoundingClientRect().right,
             })""")
+            text = page.evaluate(_TEXT_BOXES_JS)
         finally:
             browser.close()
     assert boxes["scroll"] <= 1280, f"the page scrolls sideways: {boxes['scroll']} px"
     assert boxes["table"] <= 1280
     assert all(0 <= f["left"] and f["right"] <= 1280 for f in boxes["figures"]), boxes["figures"]
     assert boxes["verdict"] < min(f["top"] for f in boxes["figures"])
+    # no figure's title, legend, axis titles or subplot titles run into each other or are cut
+    assert text and not _overlaps(text), "\n".join(_overlaps(text))

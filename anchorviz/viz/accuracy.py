@@ -19,11 +19,11 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from anchorviz.viz.common import (
+    BOTTOM_LEGEND,
     ID_COLOR,
     OI,
     OOD_COLOR,
     TEMPLATE,
-    TOP_LEGEND,
     TRANSFER_COLORS,
     TRANSFER_NAMES,
     PathLike,
@@ -85,7 +85,9 @@ def _accuracy_layout(fig: go.Figure, summary: pd.DataFrame, caption: str) -> Non
                      interval_caption(summary)
                      + ("; axis starts at chance (50%)" if lo == 50.0 else "")),
         barmode="group", xaxis_title="method", yaxis_title="pairwise accuracy (%)",
-        yaxis_range=[lo, hi], legend=TOP_LEGEND, margin={"t": 120}, template=TEMPLATE,
+        yaxis_range=[lo, hi], template=TEMPLATE, height=600,
+        # the legend under the method names (above the plot it printed over the title)
+        legend=BOTTOM_LEGEND, margin={"t": 100, "b": 210},
     )
     fig.add_hline(y=50, line={"dash": "dot", "color": "grey"})
 
@@ -187,6 +189,6 @@ def transfer_figure(
                      "WRG = student - teacher on the source test split; AOG = the same out of "
                      "distribution; NTS = AOG - any ID loss. " + interval_caption(summary)),
         barmode="group", xaxis_title="method", yaxis_title="score (points = accuracy % difference)",
-        legend=TOP_LEGEND, margin={"t": 120}, template=TEMPLATE,
+        legend=BOTTOM_LEGEND, margin={"t": 100, "b": 210}, height=600, template=TEMPLATE,
     )
     return fig

@@ -572,6 +572,16 @@ def bar_arrays(summary: pd.DataFrame, scale: float) -> dict[str, Any]:
     }
 
 
+def shared_x_title(fig: go.Figure, text: str, standoff: float = 30.0) -> None:
+    """One x-axis title centred under side-by-side panels, in place of one per panel (those run
+    into each other when the panels are narrow): an annotation named ``"shared x title"``,
+    ``standoff`` px below the plot area (under the tick labels)."""
+    fig.update_xaxes(title_text=None)
+    fig.add_annotation(text=text, name="shared x title", xref="paper", x=0.5, xanchor="center",
+                       yref="paper", y=0.0, yanchor="top", yshift=-standoff, showarrow=False,
+                       font={"size": 14})
+
+
 def figure_title(main: str, sub: str = "") -> dict[str, Any]:
     text = main + (f"<br><sup>{sub}</sup>" if sub else "")
     return {"text": text, "x": 0.01, "xanchor": "left"}

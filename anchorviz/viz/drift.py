@@ -47,6 +47,7 @@ from anchorviz.viz.common import (
     results_arg,
     run_path,
     select_condition,
+    shared_x_title,
     split_desc,
     split_sort_key,
     summarize_groups,
@@ -245,7 +246,10 @@ def drift_by_layer_figure(
         template=TEMPLATE, legend={"groupclick": "togglegroup", **BOTTOM_LEGEND},
         margin={"t": 120, "b": 170, "l": 80}, height=600,
     )
-    fig.update_xaxes(dtick=1, title_text="layer (0 = embeddings)")
+    # side by side, each panel's x axis gets the short title (the subtitle says layer 0 is the
+    # embeddings): a long one per panel ran into its neighbour's
+    fig.update_xaxes(dtick=1, title_text="layer" if facet and len(shown) > 1
+                     else "layer (0 = embeddings)")
     if facet:
         fig.update_yaxes(title_text=axis_title, title_standoff=8, row=1, col=1)
     else:
@@ -480,7 +484,10 @@ def drift_vs_ood_figure(
         title = figure_title(f"Drift vs {gain_name} across runs: {stats['pooled'][1]}", rule)
     fig.update_layout(title=title, template=TEMPLATE, legend=BOTTOM_LEGEND,
                       margin={"t": 130 if by_target else 100, "b": 170}, height=580)
-    fig.update_xaxes(title_text=x_label)
+    if by_target and len(names) > 1:  # one x title under the panels, not one per narrow panel
+        shared_x_title(fig, x_label)
+    else:
+        fig.update_xaxes(title_text=x_label)
     if by_target:
         fig.update_yaxes(title_text=y_label, row=1, col=1)
     else:
@@ -534,12 +541,14 @@ def lambda_sweep_figure(
         for df in (rows, anchor):
             df["nts_target"] = df[aog_col] - np.maximum(0.0, -df["wrg"])
         nts_col = "nts_target"
+    # panel titles short enough for half the figure's width (the long forms go in the subtitle)
     panels = [("acc_id", "ID accuracy (source test)", "pairwise accuracy (%)", 100.0),
-              (ood_col, f"OOD accuracy ({ood_desc})", "pairwise accuracy (%)", 100.0),
-              (nts_col, "NTS: OOD gain - ID loss vs teacher", "NTS (points)", 100.0),
-              (drift_col, _axis_label(drift_col), _short_label(drift_col), 1.0)]
+              (ood_col, "OOD accuracy" + (f" ({ood_desc})" if target is not None else ""),
+               "pairwise accuracy (%)", 100.0),
+              (nts_col, "NTS (OOD gain - ID loss)", "NTS (points)", 100.0),
+              (drift_col, "drift at the last layer", _short_label(drift_col), 1.0)]
     fig = make_subplots(rows=2, cols=2, subplot_titles=[p[1] for p in panels],
-                        horizontal_spacing=0.1, vertical_spacing=0.16)
+                        horizontal_spacing=0.12, vertical_spacing=0.18)
     lam_min, lam_max = anchor["anchor_lambda"].min(), anchor["anchor_lambda"].max()
     ref_x = [lam_min / 1.5, lam_max * 1.5] if lam_max > lam_min else [lam_min / 3, lam_min * 3]
     shown_legend: set[str] = set()
@@ -578,11 +587,13 @@ def lambda_sweep_figure(
                                "<extra></extra>"),
                 meta={"column": col, "reference": method}), row=r, col=c)
             shown_legend.add(name)
-        fig.update_xaxes(type="log", title_text="ANCHOR strength λ (log scale)", row=r, col=c)
+        fig.update_xaxes(type="log", title_text="λ (log scale)", row=r, col=c)
         fig.update_yaxes(title_text=ylab, row=r, col=c)
     fig.update_layout(
         title=figure_title(f"What the anchor strength λ does ({caption})",
-                     interval_caption(metric_summary(anchor, ["acc_id"], confidence, spread))),
+                     "x: ANCHOR strength λ; OOD = " + ood_desc + "; drift = "
+                     + _axis_label(drift_col) + "; "
+                     + interval_caption(metric_summary(anchor, ["acc_id"], confidence, spread))),
         template=TEMPLATE, height=820, autosize=True,
         legend=BOTTOM_LEGEND, margin={"t": 110, "b": 170},
     )

@@ -22,13 +22,20 @@ from anchorviz.viz.common import TEMPLATE, PathLike, logger
 
 __all__ = [
     "CSS_DPI",
+    "NOTEBOOK_SCALE",
+    "NOTEBOOK_WIDTH",
     "ExportError",
+    "NotebookPngRenderer",
     "PAPER_WIDTHS",
     "export_figure",
     "export_paper_figures",
     "figure_caption",
     "paper_style",
     "paper_width_inches",
+    "show_widget_picture",
+    "static_layout",
+    "static_png",
+    "use_notebook_images",
     "wrap_title",
 ]
 
@@ -363,3 +370,225 @@ def export_figure(fig: go.Figure, path: PathLike, *, fallback: bool = True, scal
         fig.write_html(html, include_plotlyjs=True, full_html=True)
         logger.warning("%s; wrote a standalone HTML page %s instead", reason, html)
         return html
+
+
+# --------------------------------------------------------------------------- notebook images
+
+#: the width (CSS px) at which the stored notebooks' figures are laid out and exported: about
+#: the width GitHub shows a notebook's outputs at in a 1280 px window (its column is 800-900
+#: px); the PNG has ``NOTEBOOK_SCALE`` times the pixels, so it stays sharp, and the stored
+#: output says it is shown ``NOTEBOOK_WIDTH`` px wide
+NOTEBOOK_WIDTH = 800
+NOTEBOOK_SCALE = 2
+_TITLE_PX, _SUBPLOT_TITLE_PX, _LEGEND_PX, _TICK_PX, _AXIS_TITLE_PX = 17, 16, 12, 12, 14
+_LEGEND_ROW_PX = 24  # one row of a horizontal legend at 12 px (symbol and padding)
+
+
+def _n_lines(text: str) -> int:
+    import re
+
+    return len(re.split(r"<br\s*/?>", text)) if text else 0
+
+
+def _text_px(text: str, font_px: float) -> float:
+    """An upper estimate of a one-line label's width (plain text, markup dropped)."""
+    import re
+
+    return 0.58 * font_px * len(re.sub(r"<[^>]+>", "", text))
+
+
+def _legend_groups(fig: go.Figure) -> list[list[str]]:
+    """The legend's entries, by legend group, in trace order (every trace shown in the
+    legend is an entry; a group's entries stack)."""
+    if fig.layout.showlegend is False:
+        return []
+    shown = [t for t in fig.data if t.name and t.showlegend is not False]
+    if len(shown) < 2 and not any(t.showlegend for t in shown):
+        return []  # plotly shows no legend for a single trace unless asked
+    groups: dict[str, list[str]] = {}
+    for i, t in enumerate(shown):
+        groups.setdefault(t.legendgroup or f"\0{i}", []).append(str(t.name))
+    return list(groups.values())
+
+
+def _bottom_axis_px(fig: go.Figure, plot_w: float) -> float:
+    """Room under the plot area for the lowest x axes' tick labels and titles (rotated
+    category labels when they do not fit side by side)."""
+    tick = _TICK_PX + 10.0
+    for t in fig.data:
+        xs = getattr(t, "x", None)
+        if xs is None or not len(xs) or not all(isinstance(v, str) for v in xs):
+            continue
+        longest = max(_text_px(v, _TICK_PX) for v in xs)
+        if longest > 0.9 * plot_w / len(xs):  # plotly turns them by 30 degrees
+            tick = max(tick, 0.5 * longest + _TICK_PX + 10)
+    title = 0.0
+    for k in fig.layout:
+        if k.startswith("xaxis") and fig.layout[k].title.text:
+            title = max(title, 1.35 * _AXIS_TITLE_PX * _n_lines(fig.layout[k].title.text) + 8)
+    for a in fig.layout.annotations:
+        if a.name == "shared x title":
+            title = max(title, abs(a.yshift or 0) - tick + 1.35 * _AXIS_TITLE_PX + 8)
+    return tick + title
+
+
+def static_layout(fig: go.Figure, width: int = NOTEBOOK_WIDTH) -> go.Figure:
+    """A copy of ``fig`` laid out for a static image ``width`` CSS px wide (a stored notebook's
+    PNG: it cannot reflow): the title wrapped to the width and pinned to the top, subplot
+    titles wrapped to their panel's width, the legend in rows of equal columns below the plot
+    area and the x axes' labels, and the margins grown to hold each of them, so that no title,
+    legend or axis title runs into another or is cut. The plot area keeps its height.
+    ``layout.meta["static_layout"]`` records the numbers (width, margins, legend rows)."""
+    out = go.Figure(fig)
+    lay = out.layout
+    height = float(lay.height or 500)
+    m = lay.margin
+    old_t = 100.0 if m.t is None else float(m.t)
+    old_b = 80.0 if m.b is None else float(m.b)
+    left = 80.0 if m.l is None else float(m.l)
+    right = 80.0 if m.r is None else float(m.r)
+    plot_h = max(260.0, height - old_t - old_b)
+    plot_w = width - left - right
+
+    # the title: wrapped, from the top of the image down
+    title = lay.title.text or ""
+    title_h = 0.0
+    if title:
+        size = lay.title.font.size or _TITLE_PX
+        wrapped = _wrap_html(title, width - 30, size)
+        lines = _n_lines(wrapped)
+        title_h = lines * size * 1.3  # plotly spaces every line by the main font
+        out.update_layout(title={"text": wrapped, "x": 0.01, "xanchor": "left",
+                                 "yref": "container", "y": 1.0, "yanchor": "top",
+                                 "pad": {"t": 10}})
+        title_h += 10
+
+    # annotations above the plot area (subplot titles, "teacher", a vline's label): wrapped
+    # to their panel, and the tallest one in the top row gets room under the title
+    domains = [tuple(lay[k].domain) for k in lay if k.startswith("xaxis") and lay[k].domain]
+    above = 0.0
+    for a in lay.annotations:
+        text = a.text or ""
+        yref = str(a.yref or "")
+        if (not text or a.showarrow or a.y is None or a.name == "shared x title"
+                or not (yref == "paper" or yref.endswith("domain"))):
+            continue
+        size = (a.font.size if a.font and a.font.size else _SUBPLOT_TITLE_PX
+                if yref == "paper" else _LEGEND_PX)
+        if a.xref == "paper" and a.xanchor in (None, "center", "auto") and domains:
+            d = min(domains, key=lambda dd: abs((dd[0] + dd[1]) / 2 - float(a.x or 0.5)))
+            a.text = _wrap_html(text, max(60.0, (d[1] - d[0]) * plot_w - 8), size)
+        if float(a.y) >= 0.999 and a.yanchor == "bottom":
+            above = max(above, _n_lines(a.text) * size * 1.3 + 6)
+
+    # the legend: rows of equal columns at the bottom of the image
+    groups = _legend_groups(out)
+    legend_h = 0.0
+    if groups:
+        names = [n for g in groups for n in g]
+        cols = _legend_columns(names, width - 20, _LEGEND_PX)
+        stack = max(len(g) for g in groups)
+        rows = -(-len(groups) // cols) * stack if stack > 1 else -(-len(names) // cols)
+        legend_h = rows * _LEGEND_ROW_PX + (10 if stack > 1 else 0) * -(-len(groups) // cols)
+        out.update_layout(legend={"orientation": "h", "yref": "container", "y": 0.0,
+                                  "yanchor": "bottom", "xanchor": "left", "x": 0.0,
+                                  "entrywidthmode": "pixels",
+                                  "entrywidth": int((width - 20) / cols) - 40,
+                                  "font": {"size": _LEGEND_PX}})
+    top = title_h + above + 12
+    bottom = _bottom_axis_px(out, plot_w) + legend_h + 16
+    out.update_layout(width=width, height=round(plot_h + top + bottom), autosize=False,
+                      margin={"t": round(top), "b": round(bottom), "l": left, "r": right})
+    meta = dict(lay.meta) if isinstance(lay.meta, dict) else {}
+    meta["static_layout"] = {"width": width, "title_px": round(title_h),
+                             "above_plot_px": round(above), "legend_px": round(legend_h),
+                             "top": round(top), "bottom": round(bottom),
+                             "plot_height": round(plot_h)}
+    out.layout.meta = meta
+    return out
+
+
+def static_png(fig: go.Figure, width: int = NOTEBOOK_WIDTH, scale: float = NOTEBOOK_SCALE) -> bytes:
+    """``fig`` as PNG bytes laid out by :func:`static_layout` for ``width`` CSS px, with
+    ``scale`` times the pixels (kaleido and a Chrome / Chromium browser needed)."""
+    static = static_layout(fig, width)
+    return static.to_image(format="png", width=width, height=static.layout.height, scale=scale)
+
+
+class NotebookPngRenderer(pio.base_renderers.PngRenderer):
+    """plotly's ``png`` renderer for stored notebooks: each figure laid out by
+    :func:`static_layout` at ``width`` CSS px and exported ``scale`` times as large."""
+
+    def __init__(self, width: int = NOTEBOOK_WIDTH, scale: float = NOTEBOOK_SCALE) -> None:
+        super().__init__(width=width, scale=scale)
+
+    def to_mimebundle(self, fig_dict):
+        static = static_layout(go.Figure(fig_dict), self.width)
+        self.height = static.layout.height
+        return super().to_mimebundle(static.to_dict())
+
+
+#: figures of a widget picture, in reading order (others follow)
+_PANEL_ORDER = ("drift", "accuracy", "umap")
+#: the mark of the outputs :func:`show_widget_picture` adds (scripts/execute_notebooks.py
+#: finds them by it)
+PICTURE_MARK = "anchorviz_static_picture"
+
+
+def show_widget_picture(obj, width: int = NOTEBOOK_WIDTH,
+                        scale: float = NOTEBOOK_SCALE) -> int:
+    """Display a static picture of a widget that has plotly figures (``obj.figures``, e.g.
+    the ``SweepExplorer``): a line saying what it is, then each figure as a PNG laid out by
+    :func:`static_layout`, shown ``width`` px wide. GitHub shows no widget; a stored notebook
+    shows this instead. Returns the number of images displayed."""
+    import base64
+
+    from IPython.display import display
+
+    figs = dict(getattr(obj, "figures", {}) or {})
+    names = [k for k in _PANEL_ORDER if k in figs] + [k for k in figs if k not in _PANEL_ORDER]
+    status = str(getattr(obj, "status_text", "") or "")
+    note = ("Static picture of the interactive explorer above as first drawn (GitHub does not "
+            "show widgets): run the notebook to use its controls."
+            + (f" Shown: {status}" if status else ""))
+    display({"text/markdown": f"*{note}*", "text/plain": note}, raw=True,
+            metadata={PICTURE_MARK: "note"})
+    for name in names:
+        png = static_png(go.Figure(figs[name]), width, scale)
+        display({"image/png": base64.b64encode(png).decode("ascii"),
+                 "text/plain": f"<{name} panel: static picture>"}, raw=True,
+                metadata={"image/png": {"width": width}, PICTURE_MARK: name})
+    return len(names)
+
+
+def use_notebook_images(width: int = NOTEBOOK_WIDTH, scale: float = NOTEBOOK_SCALE) -> None:
+    """Static images for a stored notebook (scripts/execute_notebooks.py runs this in the
+    kernel before the first cell): plotly's ``png`` renderer, made the default, lays each
+    figure out for ``width`` CSS px (:class:`NotebookPngRenderer`); and a cell whose result is
+    the ``widget`` of an object with ``figures`` (the explorer) gets a static picture of them
+    after it (:func:`show_widget_picture`)."""
+    pio.renderers["png"] = NotebookPngRenderer(width, scale)
+    pio.renderers.default = "png"
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return
+    ip = get_ipython()
+    if ip is None:
+        return
+
+    def after_cell(result) -> None:
+        value = getattr(result, "result", None)
+        if value is None:
+            return
+        for obj in list(ip.user_ns.values()):
+            try:
+                mine = getattr(obj, "widget", None) is value and isinstance(
+                    getattr(obj, "figures", None), dict)
+            except Exception:  # an object whose attribute lookup fails is not the widget's
+                mine = False
+            if mine:
+                show_widget_picture(obj, width, scale)
+                return
+
+    ip.events.register("post_run_cell", after_cell)
