@@ -530,7 +530,8 @@ def verdict_lines(results: pd.DataFrame, strength: float | None = None, *, metho
     if n < 2:
         lines.append("One seed cannot separate this from noise (on the default data, WRG and AOG "
                      "move by several points from seed to seed, and one seed gives no interval): "
-                     "no failure-mode verdict. Run with --seeds 0 1 2 3 4 for intervals.")
+                     "no failure-mode verdict. `anchorviz demo` without --seeds runs five seeds "
+                     "for intervals.")
         return lines + _anchor_lines(results, strength, method)
     w = fm["wrg"]
     lines.append(f"  WRG {_signed(w['mean'], w['hw'])} ({confidence:.0%} t-interval over seeds, "
