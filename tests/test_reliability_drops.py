@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from tiny_project import tiny_config, write_pairs
+from tiny_project import overlapping_target, tiny_config, write_pairs
 
 from anchorviz.config import dataset_label, target_name, with_overrides
 from anchorviz.pipeline.keys import run_id_for, teacher_key
@@ -59,10 +59,7 @@ def test_teacher_metrics_count_the_rows_dropped_at_load(tmp_path, monkeypatch):
 def test_target_pairs_overlapping_the_source_are_counted_per_dataset(tmp_path, monkeypatch):
     monkeypatch.setattr("anchorviz.pipeline.prepare._DATA_CACHE", {})
     cfg = tiny_config(tmp_path)
-    mixed = tmp_path / "data" / "mixed.jsonl"
-    own = write_pairs(tmp_path / "data" / "own.jsonl", 30, seed=11, domain="book")
-    lines = open(cfg.data.source).read().splitlines()[:60] + open(own).read().splitlines()
-    mixed.write_text("\n".join(lines) + "\n")
+    mixed = overlapping_target(tmp_path, cfg)
     cfg = with_overrides(cfg, **{"data.targets": [str(mixed)]})
     data = prepare_data(data_config(cfg))
     n = protocol_report(data)[f"target_test:{target_name(str(mixed))}"]

@@ -8,7 +8,7 @@ import json
 
 import pytest
 import yaml
-from tiny_project import tiny_config, write_pairs
+from tiny_project import overlapping_target, tiny_config
 
 from anchorviz.cli import EXIT_CONFIG, main
 from anchorviz.config import ConfigError, config_from_dict, target_name, with_overrides
@@ -51,10 +51,7 @@ def test_a_target_that_is_the_source_is_refused_before_any_work(tmp_path, monkey
 
 def test_a_target_sharing_pairs_with_the_source_training_splits_loses_them(tmp_path):
     cfg = tiny_config(tmp_path)
-    mixed = tmp_path / "data" / "mixed.jsonl"
-    own = write_pairs(tmp_path / "data" / "own.jsonl", 30, seed=11, domain="book")
-    lines = open(cfg.data.source).read().splitlines()[:60] + open(own).read().splitlines()
-    mixed.write_text("\n".join(lines) + "\n")
+    mixed = overlapping_target(tmp_path, cfg)
     cfg = with_overrides(cfg, **{"data.targets": [str(mixed)]})
     data = prepare_data(data_config(cfg))
     split = f"target_test:{target_name(str(mixed))}"

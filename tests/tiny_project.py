@@ -54,3 +54,13 @@ def tiny_config(tmp: Path, **overrides) -> RunConfig:
 
 
 __all__ = ["RunConfig", "save_tiny_model", "tiny_config", "write_pairs"]
+
+
+def overlapping_target(tmp: Path, cfg: RunConfig) -> Path:
+    """A target file holding the source's first 60 pairs and 30 pairs of its own (another
+    domain): the protocol must drop the shared ones that sit in the source's training splits."""
+    mixed = tmp / "data" / "mixed.jsonl"
+    own = write_pairs(tmp / "data" / "own.jsonl", 30, seed=11, domain="book")
+    lines = open(cfg.data.source).read().splitlines()[:60] + open(own).read().splitlines()
+    mixed.write_text("\n".join(lines) + "\n")
+    return mixed
