@@ -385,7 +385,7 @@ def test_empty_responses_are_dropped_or_named(tmp_path: Path, empty: str, field:
     rows = pairs_rows(3)
     rows[2][field] = empty
     path = write_jsonl(tmp_path / "d.jsonl", rows)
-    with pytest.raises(DataError, match=rf"row 2: field '{field}' is empty; expected a non-empty"):
+    with pytest.raises(DataError, match=rf"row 2: field '{field}' is empty.*expected a non-empty"):
         load_pairs(path, strict=True)
     df, rep = load_pairs(path)
     assert rep.dropped == {"empty_response": 1} and len(df) == 2

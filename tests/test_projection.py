@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 
@@ -227,6 +228,13 @@ def test_a_stored_projection_that_does_not_refit_to_its_map_is_refused(tmp_path)
     arrays = load_file(str(folder / "projection.safetensors"))
     arrays["embedding"] = arrays["embedding"] + 1.0  # coordinates that this map does not give
     save_file(arrays, str(folder / "projection.safetensors"))
+    # the recorded array hashes catch it first ...
+    with pytest.raises(projection.ProjectionMismatch, match=r"\['embedding'\] differ from the sha256"):
+        SharedProjection.load(folder)
+    # ... and with the hashes rewritten to match, the refit to the stored rows still does
+    meta = json.loads((folder / "projection.json").read_text())
+    meta["sha256"]["embedding"] = projection.array_sha256(arrays["embedding"])
+    (folder / "projection.json").write_text(json.dumps(meta))
     with pytest.raises(projection.ProjectionMismatch, match="does not give the stored map"):
         SharedProjection.load(folder)
     (folder / "projection.safetensors").write_bytes(b"truncated")

@@ -193,6 +193,17 @@ def test_same_seed_same_weights_different_seed_differs():
     assert any(not torch.equal(x, y) for x, y in zip(a.state_dict().values(), c.state_dict().values()))
 
 
+def test_bf16_then_float32_training_in_one_process():
+    """Accelerate keeps one mixed-precision state per process; a bf16 run followed by a float32
+    one (a notebook, bench/bench_flops.py) once failed with 'AcceleratorState has already been
+    initialized', and every later run in that process with it."""
+    for bf16 in (True, False, True):
+        model, _, enc = _setup("encoder", n=8)
+        res = train_reward_model(model, enc, np.full(len(enc), 0.8),
+                                 TrainConfig(progress=False, epochs=1, batch_size=4, bf16=bf16))
+        assert res.steps == 2 and np.isfinite(res.history["total"]).all()
+
+
 def test_objective_rejects_unknown_anchor_normalise():
     model, _, enc = _setup("encoder", n=8)
     assert Objective().anchor_normalise == "pair"

@@ -111,6 +111,24 @@ class TrainResult:
     config: dict
 
 
+def _accelerator(config: TrainConfig):
+    """Accelerate's Accelerator for ``config``. Its state is one per process and refuses another
+    mixed precision once set, so training with ``bf16`` after a float32 run (or the reverse) in
+    one process (a notebook, a benchmark) resets that state first; the process group (a
+    distributed launch) is kept."""
+    from accelerate import Accelerator
+    from accelerate.state import AcceleratorState
+
+    kwargs = {"cpu": config.device == "cpu", "mixed_precision": "bf16" if config.bf16 else "no"}
+    try:
+        return Accelerator(**kwargs)
+    except ValueError as err:
+        if "already been initialized" not in str(err):
+            raise
+        AcceleratorState._reset_state(False)
+        return Accelerator(**kwargs)
+
+
 def joint_batch(encoded: EncodedPairs, idx: Sequence[int]):
     """One padded batch holding both sides: rows ``[chosen_0..chosen_B-1, rejected_0..]``.
 
@@ -196,12 +214,10 @@ def train_reward_model(
         val_q = _validate_targets(
             np.ones(len(val)) if val_targets is None else val_targets, len(val), f"{desc} val"
         )
-    from accelerate import Accelerator
 
     # Accelerate: one process on a CPU or GPU as is; `accelerate launch` runs DDP, each process
     # taking its own share of every batch (gradients are averaged by DDP)
-    accelerator = Accelerator(cpu=config.device == "cpu",
-                              mixed_precision="bf16" if config.bf16 else "no")
+    accelerator = _accelerator(config)
     device = accelerator.device
     rank, world = accelerator.process_index, accelerator.num_processes
     torch.manual_seed(config.seed)
