@@ -4,10 +4,10 @@ Variants, each over ALL pairs of the same encoded set, in the same length-sorted
 (``batch_size`` pairs = one joint forward of ``2 x batch_size`` sequences), eval mode:
 
 - ``bare``         ``model.backbone(input_ids, attention_mask)`` under ``torch.inference_mode``, no
-                   hidden-state output (batches built with ``anchorviz.train.joint_batch``, as
+                   hidden-state output (batches built with ``anchorviz.training.loop.joint_batch``, as
                    capture does, so batch building is on both sides);
 - ``bare+hidden``  the same with ``output_hidden_states=True`` (to show where the cost sits);
-- ``capture``      ``anchorviz.capture.capture_states(model, encoded, layers="all")``: rewards
+- ``capture``      ``anchorviz.analysis.capture.capture_states(model, encoded, layers="all")``: rewards
                    and pooled states (mean over response tokens) of every layer, float16
                    (float32 for a layer whose pooled values exceed float16's range); the
                    finiteness check runs on the pooled, stored values (b x d per layer and

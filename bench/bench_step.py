@@ -10,7 +10,7 @@ Variants (same model, data, batch and seed; dropout off as in the experiment def
 - ``anchor-adapter_off``  the LoRA student with ANCHOR, reference = the same model with its
                           adapters disabled (one extra forward per step, no second weight copy).
 
-The measured thing is the real training code path: ``anchorviz.train.train_reward_model`` on a
+The measured thing is the real training code path: ``anchorviz.training.loop.train_reward_model`` on a
 subset of ``steps x batch`` pairs for one epoch; a step's time is the loop's own clock
 (``TrainResult.seconds``, which starts after the optimiser / Accelerate setup) divided by the
 number of steps. Variants are interleaved round by round in one process (each keeps its own

@@ -2,7 +2,7 @@
 
 The same work on both sides: the same backbone (``minilm-l6``; TRL loads it as
 ``AutoModelForSequenceClassification`` with ``num_labels=1``), the SAME token ids (encoded once by
-``anchorviz.tokenization.encode_pairs``, max_length 64, handed to TRL pre-tokenised as
+``anchorviz.models.tokenization.encode_pairs``, max_length 64, handed to TRL pre-tokenised as
 ``chosen_ids`` / ``rejected_ids``), the same batches (TRL reads the pairs in the order
 anchorviz's seeded shuffle visits them, with ``train_sampling_strategy="sequential"``), batch 16
 pairs (one padded forward of 32 sequences on both sides), fp32, dropout off, the same number of

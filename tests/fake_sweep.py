@@ -11,7 +11,7 @@ visibility of the artefact):
                          history.parquet, labels.parquet (teacher: pair_id, margin;
                          students: pair_id, q), drift.parquet, projection.parquet
 
-File contents follow what ``anchorviz.experiment`` writes: splits ``source_test`` and
+File contents follow what the pipeline (``anchorviz.pipeline``) writes: splits ``source_test`` and
 ``target_test:<name>``, ``domain`` = the dataset's domain label, accuracies as fractions.
 The numbers tell the paper's story (naive students drift and lose OOD accuracy, moderate
 anchoring keeps the representation and the OOD accuracy, strong anchoring costs ID accuracy),

@@ -146,7 +146,7 @@ def test_a_projection_leaves_torchs_thread_count_alone():
         # runtime must be started for numba's to override its thread count
         "lin, z = torch.nn.Linear(384, 1536), torch.randn(1024, 384, requires_grad=True)\n"
         "torch.nn.functional.gelu(lin(z)).sum().backward()\n"
-        "from anchorviz.projection import SharedProjection\n"
+        "from anchorviz.analysis.projection import SharedProjection\n"
         "x = np.random.default_rng(0).normal(size=(60, 16)).astype(np.float32)\n"
         "p = SharedProjection(method='umap', n_neighbors=10, seed=0).fit(x)\n"
         "a = torch.get_num_threads()\n"

