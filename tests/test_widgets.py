@@ -191,7 +191,7 @@ def test_teacher_visibility_slider(tmp_path):
     w = ex.visibility_w
     assert w.layout.display != "none" and [v for _, v in w.options] == [0.5, 1.0]
     assert w.value == 0.5  # the value with the most runs: the sweep's own scenario
-    controls = ex.widget.children[1].children[0]  # the controls column of the main row
+    controls = ex.widget.children[1]  # the row of controls under the status line
     assert w in controls.children  # beside lambda and layer
     assert {ex.lambda_w, ex.layer_w} <= set(controls.children)
     by_id = res.set_index("run_id")
@@ -256,7 +256,7 @@ def test_figure_widgets_when_anywidget_is_installed(explorer):
         assert all(type(f) is go.Figure for f in explorer.figures.values())
         return
     assert all(isinstance(f, go.FigureWidget) for f in explorer.figures.values())
-    assert explorer.widget.children[1].children[1].children == (explorer.figures["drift"],)
+    assert explorer.widget.children[2].children[0].children == (explorer.figures["drift"],)
     # window resizes redraw the figures at the new width
     assert all(f._config.get("responsive") for f in explorer.figures.values())
 
@@ -295,29 +295,29 @@ def _px(basis: str) -> float:
 
 
 def test_controls_and_panels_share_one_wrapping_row(explorer):
-    """The controls, the drift panel and the accuracy panel are one row that wraps: side by
-    side in a 1280 px window (so a slider move shows its effect without scrolling), under
-    each other in a narrow output area; the map and its own controls follow below."""
+    """The controls in a wrapping row, then the drift and accuracy panels side by side in a
+    row that wraps (a slider move shows both without scrolling at 1280 px; under each other in
+    a narrow output area); the map and its own controls follow below."""
     import ipywidgets as widgets
 
     root = explorer.widget
     assert root.layout.width == "100%" and root.layout.max_width
-    assert root.children[0] is explorer.status  # above the row, beside nothing
-    main = root.children[1]
-    assert isinstance(main, widgets.HBox)
-    assert main.layout.flex_flow == "row wrap" and main.layout.width == "100%"
-    controls, drift, accuracy = main.children
-    assert isinstance(controls, widgets.VBox)
+    assert root.children[0] is explorer.status  # above the rows, beside nothing
+    controls, main = root.children[1], root.children[2]
+    assert isinstance(controls, widgets.HBox) and controls.layout.flex_flow == "row wrap"
     assert set(controls.children) == {explorer.method_w, explorer.lambda_w, explorer.layer_w,
                                       explorer.visibility_w, explorer.target_w,
                                       explorer.seed_w, explorer.strength_w}
+    assert isinstance(main, widgets.HBox)
+    assert main.layout.flex_flow == "row wrap" and main.layout.width == "100%"
+    drift, accuracy = main.children
     assert drift is explorer._slots["drift"].box and accuracy is explorer._slots["accuracy"].box
-    # the three bases fit the output area of a 1280 px window (about 1100 px) with the gaps
+    # the two bases fit the output area of a 1280 px window (about 850-1100 px) with the gaps
     bases = [_px(b.layout.flex) for b in main.children]
-    assert sum(bases) <= 1100, bases
+    assert sum(bases) <= 900, bases
     # the map row below: its own two controls, then the map as wide as the output area
-    assert list(root.children[2].children) == [explorer.view_layer_w, explorer.color_by_w]
-    assert root.children[3] is explorer._slots["umap"].box
+    assert list(root.children[3].children) == [explorer.view_layer_w, explorer.color_by_w]
+    assert root.children[4] is explorer._slots["umap"].box
 
 
 def test_rows_and_panels_wrap_in_a_narrow_output_area(explorer):
@@ -325,16 +325,13 @@ def test_rows_and_panels_wrap_in_a_narrow_output_area(explorer):
 
     root = explorer.widget
     rows = [b for b in _boxes(root) if isinstance(b, widgets.HBox)]
-    assert len(rows) == 2  # controls + drift + accuracy, and the map's two controls
+    assert len(rows) == 3  # the controls, drift + accuracy, and the map's two controls
     for row in rows:
         assert row.layout.flex_flow == "row wrap" and row.layout.width == "100%", row.children
     panels = [explorer._slots["drift"].box, explorer._slots["accuracy"].box]
     for box in panels:  # each may shrink and grows from a basis, side by side or not
         assert box.layout.flex.startswith("1 1 ") and box.layout.min_width == "0"
         assert box.layout.width is None
-    # the controls column keeps its width (0 grow) and may shrink in a very narrow area
-    assert rows[0].children[0].layout.flex.startswith("0 1 ")
-    assert rows[0].children[0].layout.min_width == "0"
     assert explorer._slots["umap"].box.layout.width == "100%"
     # no box anywhere has a fixed pixel width
     for box in _boxes(root):

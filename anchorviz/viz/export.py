@@ -490,17 +490,21 @@ def static_layout(fig: go.Figure, width: int = NOTEBOOK_WIDTH) -> go.Figure:
     legend_h = 0.0
     if groups:
         names = [n for g in groups for n in g]
-        cols = _legend_columns(names, width - 20, _LEGEND_PX)
+        # plotly wraps a horizontal legend within the plot area's width, not the image's
+        cols = _legend_columns(names, plot_w, _LEGEND_PX)
         stack = max(len(g) for g in groups)
-        rows = -(-len(groups) // cols) * stack if stack > 1 else -(-len(names) // cols)
+        # entries in legend groups (e.g. method and seed): plotly stacks the groups one under
+        # another even in a horizontal legend, so every entry takes a row
+        grouped = any(t.legendgroup for t in out.data if t.showlegend is not False)
+        rows = len(names) if grouped else -(-len(names) // cols)
         legend_h = rows * _LEGEND_ROW_PX + (10 if stack > 1 else 0) * -(-len(groups) // cols)
         out.update_layout(legend={"orientation": "h", "yref": "container", "y": 0.0,
                                   "yanchor": "bottom", "xanchor": "left", "x": 0.0,
                                   "entrywidthmode": "pixels",
-                                  "entrywidth": int((width - 20) / cols) - 40,
+                                  "entrywidth": int(plot_w / cols) - 40,
                                   "font": {"size": _LEGEND_PX}})
     top = title_h + above + 12
-    bottom = _bottom_axis_px(out, plot_w) + legend_h + 16
+    bottom = _bottom_axis_px(out, plot_w) + legend_h + 24
     out.update_layout(width=width, height=round(plot_h + top + bottom), autosize=False,
                       margin={"t": round(top), "b": round(bottom), "l": left, "r": right})
     meta = dict(lay.meta) if isinstance(lay.meta, dict) else {}

@@ -126,10 +126,11 @@ def verdict_figure(sweep_dir: PathLike | None = None, *, results: pd.DataFrame |
     sub = fm["reason"] if not fm["can_conclude"] else (
         "failure mode: " + ("YES" if fm["failure_mode"] else "no") + "; strict form (AOG < 0): "
         + ("YES" if fm["strict"] else "no"))
-    fig.update_layout(template=TEMPLATE, height=170 + 38 * len(order),
+    fig.update_layout(template=TEMPLATE, height=230 + 38 * len(order),
                       title=figure_title(f"{method.capitalize()} student vs its teacher, "
                                          f"{len(seeds)} seed{'s' if len(seeds) > 1 else ''}", sub),
-                      legend={"orientation": "h", "yanchor": "top", "y": -0.25, "x": 0},
-                      margin={"t": 90, "b": 120})
+                      legend={"orientation": "h", "yref": "container", "yanchor": "bottom",
+                              "y": 0.0, "x": 0},
+                      margin={"t": 90, "b": 170})
     return fig
 

@@ -90,13 +90,13 @@ _SELECTED_COLOR = _OI["blue"]
 _NAIVE_COLOR = METHOD_COLORS["naive"]
 _ACC_COLORS = {"acc_id": _OI["blue"], "ood": _OI["orange"]}
 _MOVEMENT_COLOR = "rgba(153,153,153,0.45)"  # Okabe-Ito grey, see-through
-#: panel sizes: the heights are fixed, the widths follow the output area (plotly autosize).
-#: The controls column (_CONTROLS_BASIS) and the drift and accuracy panels (each at least
-#: _PANEL_BASIS) share one row: side by side in a 1280 px window (about 1100 px of output
-#: area), wrapping under each other when narrower; the map has a row of its own below
+#: panel sizes: the heights are fixed, the widths follow the output area (plotly autosize);
+#: the drift and accuracy panels sit side by side while each gets at least _PANEL_BASIS
 _DRIFT_HEIGHT, _PANEL_HEIGHT, _MAP_HEIGHT = 600, 600, 520
-_CONTROLS_BASIS = "310px"
-_PANEL_BASIS = "360px"
+# the drift and accuracy panels share a row of their own under the controls (beside a
+# controls column a FigureWidget drew at plotly's 700 px default and was cut at the panel's
+# edge in a 1280 px JupyterLab); each grows from this basis and wraps when narrower
+_PANEL_BASIS = "440px"
 _MAX_WIDTH = "1600px"
 _TITLE_FONT = {"size": 15}
 
@@ -397,19 +397,17 @@ class SweepExplorer:
                 "view_layer": self.view_layer_w, "color_by": self.color_by_w}
 
     def _layout(self) -> widgets.VBox:
-        # one wrapping row: the controls (a column) beside the drift and accuracy panels, so
-        # that in a 1280 px window a slider move shows its effect without scrolling; in a
-        # narrow output area (file browser open, small screen) the panels go onto further
-        # lines instead of past the right edge, where the output area would cut them off.
-        # The map and its two controls follow below, the status line above
-        controls = widgets.VBox(
-            [self.method_w, self.lambda_w, self.layer_w, self.visibility_w, self.target_w,
-             self.seed_w, self.strength_w],
-            layout=widgets.Layout(flex=f"0 1 {_CONTROLS_BASIS}", min_width="0"))
-        main = _wrap_row([controls, self._slots["drift"].box, self._slots["accuracy"].box],
+        # the status line, a wrapping row of controls, then the drift and accuracy panels side
+        # by side (at 1280 px; a slider move shows both without scrolling) in a row that wraps
+        # them under each other in a narrow output area instead of cutting them off; the map
+        # and its two controls below
+        controls = _wrap_row([self.method_w, self.lambda_w, self.layer_w, self.visibility_w,
+                              self.target_w, self.seed_w, self.strength_w])
+        main = _wrap_row([self._slots["drift"].box, self._slots["accuracy"].box],
                          align_items="flex-start")
         map_controls = _wrap_row([self.view_layer_w, self.color_by_w])
-        return widgets.VBox([self.status, main, map_controls, self._slots["umap"].box],
+        return widgets.VBox([self.status, controls, main, map_controls,
+                             self._slots["umap"].box],
                             layout=widgets.Layout(width="100%", max_width=_MAX_WIDTH))
 
     @property
