@@ -90,5 +90,8 @@ def test_a_killed_worker_is_reported_under_its_own_node(tmp_path, caplog):
         run_graph(nodes, tmp_path, jobs=2, progress=False, execute=die_or_sleep)
     msg = str(info.value)
     assert "b-dies" in msg and "a-sleeps" not in msg and "SIGKILL" in msg, msg
+    # the other worker's node, when the driver already knew it had started, is logged as
+    # stopped because of b-dies, never blamed (under load the worker's "started" message can
+    # still be in flight when b dies: then nothing is said about a-sleeps, which is right)
     stopped = [r.getMessage() for r in caplog.records if "a-sleeps" in r.getMessage()]
-    assert stopped and all("stopped" in m and "b-dies" in m for m in stopped), stopped
+    assert all("stopped" in m and "b-dies" in m for m in stopped), stopped
