@@ -46,12 +46,12 @@ def _verdict(df) -> str:
     return "\n".join(verdict_lines(df))
 
 
-def demo_out(scenario: str, quick: bool) -> str:
+def demo_out(scenario: str, quick: bool, fp32: bool = False) -> str:
     """The demo's default folder: ``runs/demo`` (the marker scenarios share it, so notebook 03
     finds every teacher visibility there), ``runs/demo-<scenario>`` for a scenario with another
-    cue (`OVERLAYS`), ``-quick`` after either with ``--quick``."""
+    cue (`OVERLAYS`), ``-quick`` after either with ``--quick``, ``-fp32`` with ``--fp32``."""
     return ("runs/demo" + (f"-{scenario}" if scenario in OVERLAYS else "")
-            + ("-quick" if quick else ""))
+            + ("-quick" if quick else "") + ("-fp32" if fp32 else ""))
 
 
 def cmd_demo(args) -> int:
@@ -60,11 +60,12 @@ def cmd_demo(args) -> int:
     from anchorviz.sweep_config import expand_sweep
 
     if args.out is None:
-        args.out = demo_out(args.scenario, args.quick)
+        args.out = demo_out(args.scenario, args.quick, args.fp32)
     # every knob is checked (the whole grid, as a sweep file would be) before the banner
     sw = demo_sweep(strength=args.strength, seeds=tuple(args.seeds) if args.seeds else None,
                     quick=args.quick,
-                    scenario=args.scenario, visibility=args.visibility)
+                    scenario=args.scenario, visibility=args.visibility,
+                    bf16=False if args.fp32 else None)
     for cfg in expand_sweep(sw):
         cfg.validate()
     d = sw.base.data
@@ -508,6 +509,10 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--visibility", type=float, default=None,
                    help="fraction of marked pairs on which the teacher reads the cue, in "
                         "[0, 1] (default: the scenario's)")
+    d.add_argument("--fp32", action="store_true",
+                   help="float32 throughout (default: bfloat16 autocast, which a CPU with "
+                        "avx512_bf16 or AMX runs natively; elsewhere float32 may be faster); "
+                        "other run ids, default folder with -fp32 after it")
     _add_jobs(d)
     d.set_defaults(func=cmd_demo)
 

@@ -84,7 +84,9 @@ class TrainConfig:
     early_stopping: bool = False  # keep the weights of the best validation and stop on patience
     patience: int = 2
     device: str = "cpu"
-    bf16: bool = False  # autocast to bfloat16 (through Accelerate; CUDA)
+    # autocast to bfloat16 (CPU with avx512_bf16 / AMX, or CUDA): training through Accelerate,
+    # and every scoring / capture forward of the run (`anchorviz.training.loop.precision`)
+    bf16: bool = False
     gradient_checkpointing: bool = False
     progress: bool = True
     # AdamW implementation: "adamw_fused" (one fused kernel per step; CPU and CUDA, torch >= 2.4),

@@ -145,11 +145,15 @@ def main() -> None:
     ap.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE",
                     help="further config overrides, YAML values, e.g. models.student_dropout=true "
                          "models.student=smollm2-135m student_train.lr=1e-4")
+    ap.add_argument("--bf16", action="store_true",
+                    help="bfloat16 autocast for teacher and students (the demo's default since "
+                         "issue 28); without it float32, the arithmetic of the recorded tables")
     ap.add_argument("--out", default="runs/results_default")
     ap.add_argument("--doc", default=None, help="markdown file to write")
     args = ap.parse_args()
     logging.basicConfig(level=logging.WARNING)
-    sw = demo_sweep(strength=args.strengths[0], seeds=tuple(args.seeds))
+    # float32 unless --bf16: every table recorded before the demo moved to bfloat16 is float32
+    sw = demo_sweep(strength=args.strengths[0], seeds=tuple(args.seeds), bf16=args.bf16)
     sw.methods = args.methods
     sw.anchor_layers = args.layers
     if args.lambdas:

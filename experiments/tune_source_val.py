@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> None:
                     help="lr:head_lr[:epochs] for the naive student (epochs default 2)")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
-    cfg = demo_sweep(strength=args.strength).base
+    cfg = demo_sweep(strength=args.strength, bf16=False).base  # float32, as recorded
     data = prepare_data(cfg.data)
     lines = tuning_lines(cfg, data, RunStore(args.store), args.teacher_grid, args.student_grid)
     if args.out:

@@ -63,7 +63,9 @@ def test_demo_scenarios_and_bad_knobs_fail_before_any_work(tmp_path, capsys, mon
     assert (e.artifact_kind, e.artifact_teacher_form) == ("echo", "marker")
     assert e.artifact_teacher_visibility == SCENARIOS["echo"] == 0.75
     assert (echo.base.student_train.lr, echo.base.student_train.epochs) == (1e-4, 4.0)
-    assert echo.base.teacher_train == hidden_sw.base.teacher_train  # the teacher as in the demo
+    # the teacher as in the demo, in float32 (the arithmetic of the echo scenario's results)
+    assert echo.base.teacher_train == demo_sweep(bf16=False).base.teacher_train
+    assert not echo.base.student_train.bf16 and hidden_sw.base.student_train.bf16
     assert e.w2s_train == hidden.w2s_train and echo.anchor_lambdas == [1.0, 10.0]
     quick_echo = demo_sweep(scenario="echo", quick=True).base
     assert quick_echo.data.w2s_train == 300 and quick_echo.data.artifact_kind == "echo"
@@ -72,6 +74,7 @@ def test_demo_scenarios_and_bad_knobs_fail_before_any_work(tmp_path, capsys, mon
     assert [demo_out(sc, q) for sc, q in (("hidden-cue", False), ("marker", True), ("echo", False),
                                           ("echo", True))] == [
         "runs/demo", "runs/demo-quick", "runs/demo-echo", "runs/demo-echo-quick"]
+    assert demo_out("hidden-cue", False, fp32=True) == "runs/demo-fp32"
     note = demo_note(0.8, "absent", 0.75, "echo", "marker")
     assert "drift-borne" in note and "75% of the marked pairs" in note
     with pytest.raises(ConfigError, match="--scenario"):

@@ -72,9 +72,10 @@ def test_default_config_run_ids_are_pinned():
 
 def test_the_demo_reads_its_settings_file_and_keeps_its_run_ids():
     """`anchorviz demo` builds its sweep from anchorviz/configs/demo.yaml; the ids of its runs are
-    those of the stores behind docs/RESULTS.md (the pre-registered check of issue 28: seeds 0-4
-    at 1,500 / 1,000 evaluation pairs, the pilot store): a teacher and a naive student per seed,
-    ANCHOR and the ceiling on seed 0 only."""
+    those of the stores behind docs/RESULTS.md: in bfloat16 (the default since issue 28's
+    speed-up) the bf16 check's store, in float32 (``bf16=False``, ``--fp32``) the pilot store of
+    the pre-registered check (seeds 0-4 at 1,500 / 1,000 evaluation pairs): a teacher and a
+    naive student per seed, ANCHOR and the ceiling on seed 0 only."""
     from anchorviz.config import ConfigError, RunConfig
     from anchorviz.pipeline.demo import demo_file, demo_sweep
     from anchorviz.pipeline.keys import student_key
@@ -84,20 +85,28 @@ def test_the_demo_reads_its_settings_file_and_keeps_its_run_ids():
     assert sw == load_sweep(demo_file())  # the file is the demo, and a plain sweep file
     configs = expand_sweep(sw)
     ids = {run_id_for(student_key(c, "student")) for c in configs}
+    assert ids == {"naive-10e5ef2a4542", "naive-29eed7a5ba9d", "naive-7199336b5823",
+                   "naive-c32e6a04c454", "naive-d809bd09aea0",
+                   "anchor-49af512107b7", "anchor-5ad6187fe7ae"}
+    assert sorted({c.seed for c in configs if c.method.name == "anchor"}) == [0]
+    assert [c.seed for c in configs if c.ceiling] == [0, 0, 0]  # seed 0's naive and 2 ANCHOR
+    assert run_id_for(teacher_key(sw.base)) == "teacher-edf62bcbddc5"
+    assert run_id_for(student_key(sw.base, "ceiling")) == "ceiling-6f8ab622bad6"
+    assert sw.base.teacher_train.bf16 and sw.base.student_train.bf16
+    fp32 = demo_sweep(bf16=False)
+    ids = {run_id_for(student_key(c, "student")) for c in expand_sweep(fp32)}
     assert ids == {"naive-4679e3391f49", "naive-a7ade078a4fe", "naive-1b456d9173dc",
                    "naive-d65ebbbc86b2", "naive-fb808d6faffd",
                    "anchor-6252ebfd89cb", "anchor-8fc45275a47a"}
-    assert sorted({c.seed for c in configs if c.method.name == "anchor"}) == [0]
-    assert [c.seed for c in configs if c.ceiling] == [0, 0, 0]  # seed 0's naive and 2 ANCHOR
-    assert run_id_for(teacher_key(sw.base)) == "teacher-ca37399666db"
-    assert run_id_for(student_key(sw.base, "ceiling")) == "ceiling-a9aebc42f0bf"
+    assert run_id_for(teacher_key(fp32.base)) == "teacher-ca37399666db"
+    assert run_id_for(student_key(fp32.base, "ceiling")) == "ceiling-a9aebc42f0bf"
     # --seeds 0: the one-seed first look runs the whole grid on that seed
     one = demo_sweep(seeds=(7,))
     assert one.seeds == [7] and one.detail_seeds == [7]
     assert {c.method.name for c in expand_sweep(one)} == {"naive", "anchor"}
-    # RunConfig()'s defaults are the demo's settings without the planted marker
+    # RunConfig()'s defaults are the demo's float32 settings without the planted marker
     plain = RunConfig()
-    assert plain.teacher_train == sw.base.teacher_train == sw.base.student_train
+    assert plain.teacher_train == fp32.base.teacher_train == fp32.base.student_train
     assert plain.teacher_train.head_lr == 2e-3
     for k in ("teacher_train", "w2s_train", "val", "max_length", "split_per_seed"):
         assert getattr(plain.data, k) == getattr(sw.base.data, k), k
@@ -109,7 +118,7 @@ def test_the_demo_reads_its_settings_file_and_keeps_its_run_ids():
     quick = demo_sweep(quick=True, scenario="marker", seeds=(3,))
     assert (quick.base.data.w2s_train, quick.base.capture.projection) == (300, "pca")
     assert quick.base.data.artifact_teacher_visibility == 1.0 and quick.seeds == [3]
-    assert quick.anchor_lambdas == [1.0] and quick.base.teacher_train == sw.base.teacher_train
+    assert quick.anchor_lambdas == [1.0] and quick.base.teacher_train == fp32.base.teacher_train
 
 
 def test_a_section_given_in_part_keeps_the_other_defaults():

@@ -107,12 +107,16 @@ def demo_settings(quick: bool = False, scenario: str | None = None) -> dict:
 
 
 def demo_sweep(strength: float = 0.8, seeds: tuple[int, ...] | None = None, quick: bool = False,
-               scenario: str = DEFAULT_SCENARIO, visibility: float | None = None):
+               scenario: str = DEFAULT_SCENARIO, visibility: float | None = None,
+               bf16: bool | None = None):
     """The demo (`demo_settings`): per seed a teacher and a naive student (the failure-mode
     verdict), and on the first seed also the gold ceiling and ANCHOR at a small lambda grid, in
     one of the `SCENARIOS` (``visibility`` overrides the scenario's teacher visibility of the
     marker; ``strength`` the fraction of marked source pairs). ``seeds`` None: the file's
-    (five; one with ``quick``); given, the first of them is the one with the whole grid."""
+    (five; one with ``quick``); given, the first of them is the one with the whole grid.
+    ``bf16`` None: the file's arithmetic (bfloat16 autocast for the default demo, float32 for
+    ``quick`` and the echo scenario); True / False sets it for teacher and students alike (the
+    experiment scripts pass False: the arithmetic of the tables they reproduce)."""
     from anchorviz.config import ConfigError  # torch: only when used
     from anchorviz.sweep_config import sweep_from_dict
 
@@ -123,6 +127,9 @@ def demo_sweep(strength: float = 0.8, seeds: tuple[int, ...] | None = None, quic
     data["artifact_strength"] = float(strength)
     data["artifact_teacher_visibility"] = (SCENARIOS[scenario] if visibility is None
                                            else float(visibility))
+    if bf16 is not None:
+        for part in ("teacher_train", "student_train"):
+            settings["base"].setdefault(part, {})["bf16"] = bool(bf16)
     if seeds is not None:
         settings["grid"]["seeds"] = [int(s) for s in seeds]
         if "detail_seeds" in settings["grid"]:

@@ -111,10 +111,11 @@ def student_key(cfg: RunConfig, kind: str) -> dict:
 
 def reference_key(cfg: RunConfig) -> dict:
     m = cfg.models
-    return _with_inputs(
-        {"kind": "reference", "data": data_key(data_config(cfg)), "model": m.student,
-         "pooling": m.pooling, "dtype": m.dtype, "capture_layers": cfg.capture.layers},
-        cfg, m.student)
+    key = {"kind": "reference", "data": data_key(data_config(cfg)), "model": m.student,
+           "pooling": m.pooling, "dtype": m.dtype, "capture_layers": cfg.capture.layers}
+    if cfg.student_train.bf16:  # captured under bfloat16 autocast; float32 keys stay as they were
+        key["bf16"] = True
+    return _with_inputs(key, cfg, m.student)
 
 
 def run_id_for(key: dict) -> str:

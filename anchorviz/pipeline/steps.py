@@ -48,7 +48,7 @@ from anchorviz.pipeline.results import (
     label_stats,
     transfer_block,
 )
-from anchorviz.training.loop import Objective, score_pairs, train_reward_model
+from anchorviz.training.loop import Objective, precision, score_pairs, train_reward_model
 
 logger = logging.getLogger(__name__)
 
@@ -103,14 +103,21 @@ def encode_run_pairs(tok, df: pd.DataFrame, cfg: RunConfig):
     return encode_pairs(tok, df, max_length=cfg.data.max_length)
 
 
-def evaluate_model(model, tok, data, cfg: RunConfig, capture: bool):
-    """Score every eval split (and capture its states when asked) in one pass per split.
+def evaluate_model(model, tok, data, cfg: RunConfig, capture: bool,
+                   train: TrainConfig | None = None):
+    """Score every eval split (and capture its states when asked) in one pass per split, in the
+    arithmetic of the model's training settings ``train`` (default: the student's; `precision`).
 
     Returns ``(scores DataFrame, {split: Captured})``."""
+    train = cfg.student_train if train is None else train
+    with precision(train.bf16, train.device):
+        return _evaluate_splits(model, tok, data, cfg, capture, train.device)
+
+
+def _evaluate_splits(model, tok, data, cfg: RunConfig, capture: bool, dev: str):
     from anchorviz.analysis.capture import capture_states, resolve_capture_layers
 
     rows, caps = [], {}
-    dev = cfg.student_train.device
     for split in eval_splits(data):
         enc = encode_run_pairs(tok, data[split], cfg)
         if capture:
@@ -169,15 +176,18 @@ def ensure_reference_capture(store, cfg: RunConfig, data) -> dict:
                 return {s: load_captured(folder / f"{_fname(s)}.safetensors") for s in splits}
             except Exception as err:  # corrupted: recompute
                 logger.warning("reference capture %s unreadable (%s): recomputing", name, err)
+        from anchorviz.analysis.capture import capture_states, resolve_capture_layers
+
         model, tok = load_backbone(cfg, "student")
         caps = {}
+        st = cfg.student_train
         for s in splits:
-            from anchorviz.analysis.capture import capture_states, resolve_capture_layers
-
             enc = encode_run_pairs(tok, data[s], cfg)
-            caps[s] = capture_states(model, enc, layers=resolve_capture_layers(model, cfg.capture.layers),
-                                     batch_size=cfg.capture.batch_size,
-                                     device=cfg.student_train.device, desc=f"reference {s}")
+            with precision(st.bf16, st.device):  # the students' arithmetic (drift is not rounding)
+                caps[s] = capture_states(model, enc,
+                                         layers=resolve_capture_layers(model, cfg.capture.layers),
+                                         batch_size=cfg.capture.batch_size,
+                                         device=st.device, desc=f"reference {s}")
             save_captured(folder / f"{_fname(s)}.safetensors", caps[s])
         done.write_text(json.dumps({"hash": config_hash(key), "key": key}, default=str))
         del model
@@ -384,14 +394,15 @@ def ensure_teacher(store, cfg: RunConfig, data) -> RunResult:
         res = train_reward_model(model, train, np.ones(len(train)), seeded_train(cfg.teacher_train, cfg),
                                  val=val, desc="teacher")
         w2s = encode_run_pairs(tok, data["w2s_train"], cfg)
-        rc, rr = score_pairs(model, w2s, batch_size=cfg.capture.batch_size,
-                             device=cfg.teacher_train.device)
+        tt = cfg.teacher_train
+        with precision(tt.bf16, tt.device):
+            rc, rr = score_pairs(model, w2s, batch_size=cfg.capture.batch_size, device=tt.device)
+            vc, vr = score_pairs(model, val, device=tt.device)
         margin = rc - rr
         pd.DataFrame({"pair_id": w2s.pair_ids, "margin": margin}).to_parquet(tmp / "labels.parquet")
-        vc, vr = score_pairs(model, val, device=cfg.teacher_train.device)
         pd.DataFrame({"pair_id": val.pair_ids, "margin": vc - vr}).to_parquet(tmp / "val_labels.parquet")
         acc_val = float(pairwise_accuracy(vc, vr))
-        scores, _ = evaluate_model(model, tok, data, cfg, capture=False)
+        scores, _ = evaluate_model(model, tok, data, cfg, capture=False, train=tt)
         scores.to_parquet(tmp / "scores.parquet")
         res.history.to_parquet(tmp / "history.parquet")
         _save_weights(model, tmp, full=True)  # the whole trained teacher (SEAM re-scores with it)
@@ -472,6 +483,7 @@ def _seam_labels(store, cfg: RunConfig, data, teacher: RunResult, q: np.ndarray,
     load_trainable_state(tmodel, state)
     dev = cfg.teacher_train.device
     tmodel.to(dev)
+    # SEAM's generation and its re-scoring by the teacher run in float32 whatever the bf16 settings
     score = reward_score_fn(tmodel, ttok, max_length=cfg.data.max_length,
                             batch_size=cfg.capture.batch_size, device=dev)
     cache = store.shared_dir("seam") / (
@@ -496,9 +508,10 @@ def anchor_reference(model, objective, train, cfg: RunConfig):
     strategy, why = choose_strategy(model, cfg.method.reference, n_tok, len(objective.anchor_layers))
     logger.info("reference strategy %s (%s)", strategy, why)
     t_ref = time.perf_counter()
-    reference = make_reference(strategy, model, objective.anchor_layers, train,
-                               **({"device": cfg.student_train.device}
-                                  if strategy == "cached" else {}))
+    st = cfg.student_train
+    with precision(st.bf16, st.device):  # cached states in the student's arithmetic
+        reference = make_reference(strategy, model, objective.anchor_layers, train,
+                                   **({"device": st.device} if strategy == "cached" else {}))
     return reference, {"strategy": strategy, "reason": why,
                        "setup_seconds": time.perf_counter() - t_ref}
 
@@ -557,8 +570,9 @@ def run_student(store, cfg: RunConfig, data, kind: str = "student",
         res.history.to_parquet(tmp / "history.parquet")
         # gold accuracy on the SOURCE validation split: for choosing hyper-parameters (lambda,
         # layers, lr) without looking at any target; training itself never sees these labels
-        vc, vr = score_pairs(model, val, batch_size=cfg.capture.batch_size,
-                             device=cfg.student_train.device)
+        with precision(cfg.student_train.bf16, cfg.student_train.device):
+            vc, vr = score_pairs(model, val, batch_size=cfg.capture.batch_size,
+                                 device=cfg.student_train.device)
         info["acc_val"] = float(pairwise_accuracy(vc, vr))
         scores, caps = evaluate_model(model, tok, data, cfg, capture=True)
         scores.to_parquet(tmp / "scores.parquet")

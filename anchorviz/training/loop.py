@@ -17,6 +17,7 @@ import logging
 import math
 import time
 from collections.abc import Sequence
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -46,11 +47,43 @@ __all__ = [
     "joint_batch",
     "lr_factor",
     "make_optimizer",
+    "precision",
     "score_pairs",
     "train_reward_model",
 ]
 
 OBJECTIVES = ("bt", "confidence")
+
+
+def precision(bf16: bool, device: str = "cpu"):
+    """The autocast context of a run's forwards: bfloat16 autocast on ``device`` when ``bf16``,
+    else a no-op. Training, validation, scoring, hidden-state capture and the ANCHOR reference
+    of a ``bf16`` run all use it, so every number of the run comes from the same arithmetic (a
+    reference captured in float32 beside a student in bfloat16 would show drift that is only
+    rounding)."""
+    if not bf16:
+        return nullcontext()
+    kind = torch.device(device).type
+    if kind == "cpu":
+        _warn_emulated_bf16()
+    return torch.autocast(device_type=kind, dtype=torch.bfloat16)
+
+
+_BF16_WARNED: list[bool] = []
+
+
+def _warn_emulated_bf16() -> None:
+    """Once per process: a CPU without avx512_bf16 or AMX runs bfloat16 by emulation (slower
+    than float32)."""
+    if _BF16_WARNED:
+        return
+    _BF16_WARNED.append(True)
+    cpu = torch.cpu
+    native = any(getattr(cpu, f, lambda: False)() for f in
+                 ("_is_avx512_bf16_supported", "_is_amx_tile_supported"))
+    if not native:
+        logger.warning("bf16: this CPU has neither avx512_bf16 nor AMX, so bfloat16 autocast is "
+                       "emulated and slower than float32 (anchorviz demo --fp32, or bf16: false)")
 
 
 def make_optimizer(groups: list[dict], lr: float, name: str = "adamw_fused") -> torch.optim.AdamW:
@@ -281,7 +314,8 @@ def train_reward_model(
         terms = {"fit": fit}
         loss = fit
         if objective.anchored:
-            ref = reference.states(index, batch)
+            with precision(config.bf16, device):  # the reference in the student's arithmetic
+                ref = reference.states(index, batch)
             # group the joint batch's rows by pair (index[j] = (pair_row, side)), so "pair"
             # normalisation averages each pair's two sides' response tokens as one sample
             anch = anchor_loss({k: out.hidden[k].float() for k in layers},
@@ -346,7 +380,9 @@ def train_reward_model(
 
 
 def _evaluate(model, val, val_q, config) -> tuple[float, float]:
-    rc, rr = score_pairs(model, val, batch_size=max(32, config.batch_size), device=config.device)
+    with precision(config.bf16, config.device):
+        rc, rr = score_pairs(model, val, batch_size=max(32, config.batch_size),
+                             device=config.device)
     diff = torch.as_tensor(rc - rr)
     q = torch.as_tensor(val_q)
     loss = float(bt_soft_loss(diff, torch.zeros_like(diff), q))
