@@ -111,15 +111,20 @@ def explorer_configs(smoke: bool, seeds: list[int] | None = None,
     (the demo's run ids), then one per other visibility in ``visibilities`` (None:
     :func:`explorer_visibilities`), each that of ``anchorviz demo --visibility V``.
 
-    Smoke mode keeps the others cheap: their teacher and naive student only (no ceiling, no
-    ANCHOR), so the visibility slider has somewhere to go for the naive student, and the
-    explorer says so for the methods that were not trained there."""
+    The others run on the demo's detail seeds only (``seeds`` None: seed 0, where the demo runs
+    its whole grid; the demo's other seeds hold only the verdict's teacher and naive student),
+    so a visibility costs a seed's grid, not five. Smoke mode keeps them cheaper still: their
+    teacher and naive student only (no ceiling, no ANCHOR), so the visibility slider has
+    somewhere to go for the naive student, and the explorer says so for the methods that were
+    not trained there."""
     main = scenario_visibility()
     others = [float(v) for v in (visibilities or explorer_visibilities(smoke))
               if not math.isclose(float(v), main)]
     out = [demo_config(smoke, anchor_lambdas=anchor_lambdas, seeds=seeds)]
     for v in others:
         sw = demo_config(smoke, anchor_lambdas=anchor_lambdas, seeds=seeds, visibility=v)
+        if seeds is None and sw.detail_seeds:
+            sw.seeds = list(sw.detail_seeds)
         if smoke:  # teacher + naive student; the run keys do not hold `ceiling` or the grid
             sw.methods = ["naive"]
             sw.base = with_overrides(sw.base, ceiling=False)

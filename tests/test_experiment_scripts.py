@@ -155,3 +155,45 @@ def test_cue_reliance_scores_a_marker_reading_teacher_on_its_own_form():
         assert (c, r) == ((c0 + DEFAULT_MARKER, r0) if s == 1 else
                           (c0, r0 + DEFAULT_MARKER) if s == -1 else (c0, r0))
     assert (cue_reliance._marked_side(seen) == sides).all()
+
+
+def test_real_cues_verdicts_by_hand():
+    """experiments/real_cues.py: follow rate on the disagree slice = 1 - accuracy there; the
+    inherited part is naive minus ceiling, paired by seed; lambda chosen on source validation;
+    Holm over the target rows only; a slice with too few pairs is not entered."""
+    import pandas as pd
+    import real_cues
+
+    rows = []
+    acc_dis = {"ceiling": [0.8, 0.7, 0.9], "naive": [0.6, 0.6, 0.7], "anchor": [0.7, 0.6, 0.8],
+               "teacher": [0.5, 0.5, 0.5]}
+    for method, accs in acc_dis.items():
+        for seed, a in enumerate(accs):
+            for split, n_dis in (("target_test:uf", 30), ("source_test", 30), ("target_test:pk", 5)):
+                rows.append({"run_id": f"{method}{seed}", "method": method,
+                             "anchor_lambda": 3.0 if method == "anchor" else 0.0, "seed": seed,
+                             "split": split, "cue": "refusal", "n": 60, "n_agree": 30,
+                             "n_disagree": n_dis, "acc_agree": 0.9 if method == "anchor" else 0.95,
+                             "acc_disagree": a, "follow": np.nan})
+    slices = pd.DataFrame(rows)
+    results = pd.DataFrame({
+        "method": ["naive"] * 3 + ["anchor"] * 6, "seed": [0, 1, 2] * 3,
+        "anchor_lambda": [0.0] * 3 + [0.3] * 3 + [3.0] * 3,
+        "acc_val": [0.6] * 3 + [0.60, 0.61, 0.62] + [0.64, 0.65, 0.60],
+        "acc_uf": [0.50, 0.52, 0.54] + [0.5] * 3 + [0.51, 0.52, 0.53],
+        "acc_id": [0.7] * 9, "acc_pk": [0.6] * 9})
+    lam = real_cues.choose_lambda(results)
+    assert lam == 3.0  # mean 0.63 beats 0.61
+    v = real_cues.verdicts(results, slices, lam, min_slice=20).set_index("split")
+    uf = v.loc["target_test:uf"]
+    # naive follows the cue on 40 / 40 / 30 %, the ceiling on 20 / 30 / 10 %: +20 / +10 / +20
+    assert uf["inherit"] == pytest.approx(50 / 3 / 100)
+    assert uf["anchor"] == pytest.approx(-(0.1 + 0.0 + 0.1) / 3)  # ANCHOR follows less
+    assert uf["agree"] == pytest.approx(-0.05)
+    assert uf["whole"] == pytest.approx((0.01 + 0.0 - 0.01) / 3)
+    assert uf["follow_teacher"] == pytest.approx(0.5)
+    assert not v.loc["target_test:pk", "entered"]  # 5 disagree pairs < 20
+    assert np.isnan(v.loc["source_test", "inherit_holm"])  # Holm over the targets only
+    assert uf["inherit_holm"] == pytest.approx(uf["inherit_p"])  # one target row entered
+    assert real_cues.holm([0.01, 0.04, np.nan, 0.03]) == pytest.approx([0.03, 0.06, np.nan, 0.06],
+                                                                       nan_ok=True)
