@@ -192,6 +192,7 @@ def _finished(folder: Path, run_id: str) -> bool:
 _TEACHER_STEP_S = (0.5, 1.1)
 _STUDENT_STEP_S = (1.0, 1.9)
 _CAPTURE_PAIR_S = (0.03, 0.07)  # scoring + hidden-state capture + drift, per evaluated pair
+_BF16_STEP, _BF16_EVAL = 0.6, 0.35
 
 
 def run_minutes(sw: Sweeps, kind: str) -> tuple[float, float]:
@@ -208,7 +209,11 @@ def run_minutes(sw: Sweeps, kind: str) -> tuple[float, float]:
         tc, n_train, step = base.student_train, d.w2s_train, _STUDENT_STEP_S
         per_pair = _CAPTURE_PAIR_S
     steps = math.ceil(n_train / tc.batch_size) * tc.epochs
-    return tuple((steps * s + n_eval * c) * scale / 60 for s, c in zip(step, per_pair))
+    # bfloat16 autocast on a CPU with avx512_bf16: a step 0.6x, a scoring pass 0.35x float32
+    # (bench/bench_flops.py; docs/RESULTS.md, the bf16 check of issue 28)
+    f_step, f_eval = (_BF16_STEP, _BF16_EVAL) if tc.bf16 else (1.0, 1.0)
+    return tuple((steps * s * f_step + n_eval * c * f_eval) * scale / 60
+                 for s, c in zip(step, per_pair))
 
 
 def plan(sw: Sweeps, folder: str | os.PathLike) -> dict:

@@ -225,7 +225,8 @@ def test_read_only_explorer_with_nothing_stored(tmp_path):
 
 def test_explorer_sweeps_are_the_demos_at_each_teacher_visibility():
     """Notebook 03's sweeps: the demo's own, then per other teacher visibility the runs of
-    `anchorviz demo --visibility V`; smoke mode has at most 2 visibilities, the second one
+    `anchorviz demo --visibility V --seeds 0` (the demo's detail seed); smoke mode has at most 2
+    visibilities, the second one
     only its teacher and naive student (cheap), and its run ids are still the demo's."""
     from anchorviz.cli import build_parser
     from anchorviz.pipeline.demo import SCENARIOS, demo_sweep
@@ -254,8 +255,12 @@ def test_explorer_sweeps_are_the_demos_at_each_teacher_visibility():
                 # the same teacher and naive student as the full grid at that visibility
                 assert smoke.sweep_run_ids(s) < smoke.sweep_run_ids(
                     smoke.demo_config(True, visibility=v))
-            else:
-                assert smoke.sweep_run_ids(s) == smoke.sweep_run_ids(full)
+            else:  # `anchorviz demo --visibility V --seeds 0`: the demo's detail seed only
+                assert s.seeds == full.detail_seeds == [0]
+                one = demo_sweep(strength=demo.strength, seeds=(0,), quick=False,
+                                 **{**opts, "visibility": v})
+                assert smoke.sweep_run_ids(s) == smoke.sweep_run_ids(one)
+                assert smoke.sweep_run_ids(s) < smoke.sweep_run_ids(full)
     p = smoke.plan(smoke.explorer_configs(True), "/nonexistent")
     assert p["total"] == len(smoke.sweep_runs(smoke.explorer_configs(True)))
 

@@ -148,6 +148,22 @@ def test_a_reference_capture_read_from_the_store_reports_not_computed(tmp_path):
     assert first["computed"] is True and again["computed"] is False
 
 
+def test_every_node_hands_its_memory_back_before_the_next(tmp_path, monkeypatch):
+    """A worker runs many nodes; each ends with `release_memory` (gc + malloc_trim), so the next
+    node starts nearer its own footprint (a second student node started 840 MB above a fresh
+    process without it, 420 MB with it)."""
+    from dataclasses import asdict
+
+    import anchorviz.pipeline.steps as steps
+    from anchorviz.pipeline.runner import execute_node
+
+    calls = []
+    real = steps.release_memory
+    monkeypatch.setattr(steps, "release_memory", lambda: calls.append(1) or real())
+    execute_node("reference", asdict(tiny_config(tmp_path)), str(tmp_path / "store"))
+    assert calls == [1]
+
+
 @pytest.mark.slow  # over 5 s on 2 busy cores: a sweep in a subprocess with workers
 def test_ctrl_c_stops_the_workers_at_once_without_their_tracebacks(tmp_path):
     """Ctrl-C reaches the whole process group: the driver reports it, the busy workers stop at

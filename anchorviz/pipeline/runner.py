@@ -116,7 +116,12 @@ def execute_node(kind: str, config: dict, out_dir: str) -> dict:
     """Run one node in this process (what a worker does); returns a small summary."""
     from anchorviz.config import config_from_dict
     from anchorviz.pipeline.prepare import data_config, prepare_data
-    from anchorviz.pipeline.steps import ensure_reference_capture, ensure_teacher, run_student
+    from anchorviz.pipeline.steps import (
+        ensure_reference_capture,
+        ensure_teacher,
+        release_memory,
+        run_student,
+    )
     from anchorviz.pipeline.store import RunStore
 
     t0 = time.perf_counter()
@@ -138,7 +143,9 @@ def execute_node(kind: str, config: dict, out_dir: str) -> dict:
             res = run_student(store, cfg, data, kind="ceiling" if kind == "ceiling" else "student",
                               teacher=teacher)
             computed = res.computed
+    release_memory()
     return {"kind": kind, "computed": computed, "seconds": time.perf_counter() - t0}
+
 
 
 class WorkerInterrupted(SystemExit):
