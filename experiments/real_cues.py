@@ -32,6 +32,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from results_realdata import base_config as realdata_base
 from scipy import stats
 
 from anchorviz.config import RunConfig
@@ -52,16 +53,13 @@ CUES = ("length", "refusal", "format")
 
 
 def base_config(source: str, targets: list[str], sizes, max_length: int) -> RunConfig:
-    cfg = RunConfig()
-    d = cfg.data
-    d.source, d.targets = SETS[source], [SETS[t] for t in targets]
-    d.teacher_train, d.w2s_train, d.val, d.source_test, d.target_test = sizes
-    d.max_length, d.group_key, d.artifact_kind = max_length, "prompt", "none"
-    d.split_per_seed = True
+    """`results_realdata.base_config` (the real-data protocol) with several targets, split-varying
+    seeds, the gold ceiling, and bfloat16 autocast."""
+    cfg = realdata_base(SETS[source], SETS[targets[0]], sizes, max_length)
+    cfg.data.targets = [SETS[t] for t in targets]
+    cfg.data.split_per_seed = True
     cfg.ceiling = True
-    cfg.capture.projection = "pca"
-    for tc in (cfg.teacher_train, cfg.student_train):
-        tc.lr, tc.head_lr, tc.epochs, tc.batch_size, tc.bf16 = 5e-5, 2e-3, 2, 16, True
+    cfg.teacher_train.bf16 = cfg.student_train.bf16 = True
     return cfg
 
 
