@@ -68,14 +68,30 @@ def widget_pictures(nb) -> list[str]:
             if WIDGET_MIME not in o.get("data", {}):
                 continue
             after = outs[j + 1:]
-            images = [a for a in after if "image/png" in a.get("data", {})
-                      and PICTURE_MARK in a.get("metadata", {})]
+            images = [a for a in after if PICTURE_MARK in a.get("metadata", {})
+                      and ("image/png" in a.get("data", {})
+                           or a["metadata"][PICTURE_MARK] == "form")]
             if not images:
                 missing.append(f"cell {i}: a widget output without a static picture after it")
                 continue
             o["data"]["text/plain"] = ("[interactive widget: run the notebook to use it; a static "
                                        "picture of its first state follows]")
     return missing
+
+
+def stored_tracebacks(nb) -> list[str]:
+    """Cells whose stored stream output holds a traceback (a library logging an error it then
+    ignored, say): a stored notebook shows none, and a traceback names machine-local paths."""
+    found = []
+    for i, cell in enumerate(nb.cells):
+        if cell.cell_type != "code":
+            continue
+        for o in cell.outputs:
+            text = o.get("text", "")
+            text = "".join(text) if isinstance(text, list) else str(text)
+            if o.get("output_type") == "stream" and "Traceback (most recent call last)" in text:
+                found.append(f"cell {i}: a traceback in its {o.get('name', 'stream')} output")
+    return found
 
 
 def execute(path: Path, timeout: int = 3600) -> float:
@@ -101,7 +117,7 @@ def execute(path: Path, timeout: int = 3600) -> float:
     for cell in nb.cells:  # progress-bar widgets would be stored frozen at their first frame
         if cell.cell_type == "code":
             cell.outputs = [o for o in cell.outputs if not _progress_widget(o)]
-    missing = widget_pictures(nb)
+    missing = widget_pictures(nb) + stored_tracebacks(nb)
     if missing:  # e.g. kaleido's browser failed in the picture hook: the cell itself ran
         failed = Path(tempfile.gettempdir()) / f"{path.stem}.failed.ipynb"
         nbformat.write(nb, failed)

@@ -160,3 +160,55 @@ def test_execute_notebooks_pictures_the_widget_and_says_so():
     nb.cells[0].outputs = [nbformat.v4.new_output("execute_result", data={
         mod.WIDGET_MIME: {}, "text/plain": "VBox()"}, execution_count=1)]
     assert mod.widget_pictures(nb) == ["cell 0: a widget output without a static picture after it"]
+
+
+def test_execute_notebooks_takes_a_form_note_for_a_form_widget_and_refuses_tracebacks():
+    mod = _script()
+    widget = nbformat.v4.new_output("execute_result", data={
+        mod.WIDGET_MIME: {"model_id": "y", "version_major": 2, "version_minor": 0},
+        "text/plain": "VBox(children=(HBox(..."}, execution_count=1)
+    note = nbformat.v4.new_output("display_data", data={"text/markdown": "*form*"},
+                                  metadata={mod.PICTURE_MARK: "form"})
+    other = nbformat.v4.new_output("display_data", data={"text/markdown": "*x*"},
+                                   metadata={mod.PICTURE_MARK: "drift"})  # a panel needs a PNG
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("launcher.widget")])
+    nb.cells[0].outputs = [widget, note]
+    assert mod.widget_pictures(nb) == [] and mod.stored_tracebacks(nb) == []
+    nb.cells[0].outputs = [widget, other]
+    assert mod.widget_pictures(nb) == ["cell 0: a widget output without a static picture after it"]
+    noise = nbformat.v4.new_output("stream", name="stderr", text=(
+        "ERROR:choreographer.channels.pipe:JSONError decoding message. Ignoring\n"
+        "Traceback (most recent call last):\n  File \"/x.py\", line 1\n"))
+    nb.cells[0].outputs = [noise]
+    assert mod.stored_tracebacks(nb) == ["cell 0: a traceback in its stderr output"]
+
+
+def test_form_picture_says_what_the_launcher_holds(monkeypatch):
+    from anchorviz.viz.widgets import RunLauncher
+
+    shown = []
+    monkeypatch.setattr("IPython.display.display",
+                        lambda data, raw, metadata: shown.append((data, metadata)))
+    launcher = RunLauncher({"method": {"name": "anchor", "anchor_lambda": 3.0}, "seed": 7},
+                           out_dir="runs/x")
+    export.show_form_picture(launcher)
+    (data, meta), = shown
+    assert meta[export.PICTURE_MARK] == "form"
+    text = data["text/plain"]
+    assert "method anchor" in text and "λ 3" in text and "seed 7" in text and "runs/x" in text
+    launcher.method_w.value = "naive"
+    assert "λ off" in launcher.picture_text
+
+
+def test_browser_pipe_noise_is_filtered_and_other_records_are_not():
+    import logging
+
+    export.quiet_browser_noise()
+    export.quiet_browser_noise()  # once only
+    pipe = logging.getLogger("choreographer.channels.pipe")
+    assert sum(isinstance(f, export._IgnoredBrowserNoise) for f in pipe.filters) == 1
+    noise = logging.LogRecord("choreographer.channels.pipe", logging.ERROR, "f", 1,
+                              "JSONError decoding message. Ignoring", None, None)
+    real = logging.LogRecord("choreographer.channels.pipe", logging.ERROR, "f", 1,
+                             "browser closed", None, None)
+    assert not pipe.filter(noise) and pipe.filter(real)

@@ -569,14 +569,45 @@ def show_widget_picture(obj, width: int = NOTEBOOK_WIDTH,
     return len(names)
 
 
+def show_form_picture(obj) -> None:
+    """Display a text picture of a form widget without figures (``obj.picture_text``, e.g. the
+    ``RunLauncher``): GitHub shows no widget, so a stored notebook says what the form holds."""
+    from IPython.display import display
+
+    note = ("Static picture of the interactive form above (GitHub does not show widgets): "
+            + str(obj.picture_text))
+    display({"text/markdown": f"*{note}*", "text/plain": note}, raw=True,
+            metadata={PICTURE_MARK: "form"})
+
+
+class _IgnoredBrowserNoise:
+    """Drops the browser driver's "JSONError decoding message. Ignoring" records: the message it
+    skips is harmless, but the record carries a traceback that would be stored in a notebook."""
+
+    def filter(self, record) -> bool:
+        return "decoding message. Ignoring" not in record.getMessage()
+
+
+def quiet_browser_noise() -> None:
+    """Install :class:`_IgnoredBrowserNoise` on the logger of kaleido's browser pipe (once)."""
+    import logging
+
+    pipe = logging.getLogger("choreographer.channels.pipe")
+    if not any(isinstance(f, _IgnoredBrowserNoise) for f in pipe.filters):
+        pipe.addFilter(_IgnoredBrowserNoise())
+
+
 def use_notebook_images(width: int = NOTEBOOK_WIDTH, scale: float = NOTEBOOK_SCALE) -> None:
     """Static images for a stored notebook (scripts/execute_notebooks.py runs this in the
     kernel before the first cell): plotly's ``png`` renderer, made the default, lays each
     figure out for ``width`` CSS px (:class:`NotebookPngRenderer`); and a cell whose result is
     the ``widget`` of an object with ``figures`` (the explorer) gets a static picture of them
-    after it (:func:`show_widget_picture`)."""
+    after it (:func:`show_widget_picture`), a form's widget (``picture_text``) a line saying
+    what it holds (:func:`show_form_picture`); the browser pipe's ignored-message tracebacks
+    are kept out of the stored outputs (:func:`quiet_browser_noise`)."""
     pio.renderers["png"] = NotebookPngRenderer(width, scale)
     pio.renderers.default = "png"
+    quiet_browser_noise()
     try:
         from IPython import get_ipython
     except ImportError:
@@ -597,6 +628,13 @@ def use_notebook_images(width: int = NOTEBOOK_WIDTH, scale: float = NOTEBOOK_SCA
                 mine = False
             if mine:
                 show_widget_picture(obj, width, scale)
+                return
+            try:
+                form = getattr(obj, "widget", None) is value and hasattr(obj, "picture_text")
+            except Exception:
+                form = False
+            if form:
+                show_form_picture(obj)
                 return
 
     ip.events.register("post_run_cell", after_cell)

@@ -810,6 +810,16 @@ class RunLauncher:
         """The status line as plain text (no markup), for printing."""
         return _plain(self.status.value)
 
+    @property
+    def picture_text(self) -> str:
+        """The form's controls and values in one line, for a page that cannot show widgets."""
+        anchored = self.method_w.value == "anchor"
+        lam = f"{self.lambda_w.value:.2g}" if anchored else "off (not anchor)"
+        layers = self.layers_w.value if anchored else "off (not anchor)"
+        return (f"method {self.method_w.value}, λ {lam}, layers {layers}, "
+                f"seed {self.seed_w.value}, out dir {self.out_dir_w.value}, and a Run button "
+                "that trains this configuration (run the notebook to use it).")
+
     def _sync(self) -> None:
         anchored = self.method_w.value == "anchor"
         self.lambda_w.disabled = not anchored
