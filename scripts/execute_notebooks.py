@@ -133,6 +133,20 @@ def execute(path: Path, timeout: int = 3600) -> float:
     return seconds
 
 
+def image_export_problem() -> str | None:
+    """Why a static image cannot be written here (kaleido missing, no Chrome / Chromium), or
+    None: one tiny figure is exported to find out."""
+    try:
+        import plotly.graph_objects as go
+        import plotly.io as pio
+
+        pio.to_image(go.Figure(), format="png", width=50, height=50)
+    except Exception as exc:  # kaleido missing, no browser, browser crash ...
+        return (f"a test export failed ({type(exc).__name__}: {str(exc).strip()[:200]}); "
+                "install Chromium (Debian: apt-get install chromium) or run plotly_get_chrome")
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -145,6 +159,10 @@ def main(argv: list[str] | None = None) -> int:
     if missing:
         print(f"no such notebook in {NOTEBOOK_DIR.name}/: {', '.join(missing)} "
               f"(expected names such as {DEFAULT[0]})")
+        return 2
+    problem = image_export_problem()
+    if problem:  # before any cell runs: notebook 03 would train for minutes, then fail on a figure
+        print(f"refusing: stored notebooks need static images, and {problem}")
         return 2
     os.environ["ANCHORVIZ_NOTEBOOK_RENDERER"] = "png"  # read by notebooks/_smoke.py
     os.environ.setdefault("TQDM_DISABLE", "1")  # progress bars would fill the stored outputs
