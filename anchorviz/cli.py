@@ -484,8 +484,8 @@ def build_parser() -> argparse.ArgumentParser:
     d = sub.add_parser("demo", help="the main job on the embedded default (offline, CPU)",
                        description="The failure-mode verdict needs several seeds (an interval "
                                    "over seeds;\none seed gives numbers but no verdict). Each "
-                                   "seed costs about 2 CPU-minutes\n(a teacher and a naive "
-                                   "student on 2 cores; docs/BENCHMARKS.md).",
+                                   "seed costs about 2-3 CPU-minutes\n(a teacher and a naive "
+                                   "student in bf16; docs/BENCHMARKS.md).",
                        formatter_class=argparse.RawDescriptionHelpFormatter,
                        epilog="examples:\n  anchorviz demo\n  anchorviz demo --quick\n"
                               "  anchorviz demo --strength 0.5 --seeds 0 1 2 --out runs/demo3")
@@ -498,7 +498,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "carries the marker (default 0.8)")
     d.add_argument("--seeds", type=int, nargs="+", default=None,
                    help="split-varying seeds (default 0 1 2 3 4: a teacher and a naive student "
-                        "each, about 2 CPU-minutes per seed in bf16, for the failure-mode verdict; "
+                        "each, about 2-3 CPU-minutes per seed in bf16, for the failure-mode verdict; "
                         "ANCHOR and the ceiling on the first seed only). --seeds 0: the one-seed "
                         "first look, no verdict")
     d.add_argument("--quick", action="store_true", help="smoke-sized splits (CI, first look)")

@@ -157,7 +157,7 @@ def verdict_sentence(results, method: str = "naive") -> str:
 
     if n < 2 or p is None:
         return (f"One seed (WRG {100 * w['per_seed'][0]:+.1f}): no verdict, since one seed gives "
-                "no interval over seeds; the default runs five (about 2 CPU-minutes each).")
+                "no interval over seeds; the default runs five (about 2-3 CPU-minutes each).")
     per_t = [t for t, b in fm["targets"].items() if b.get("not_carried_over")]
     head = f"VERDICT over {n} seeds (95% t-intervals over seeds): "
     gain = (f"the {method} student beats its weak teacher in distribution, WRG {iv(w)}, "
