@@ -102,9 +102,9 @@ def verdict_figure(sweep_dir: PathLike | None = None, *, results: pd.DataFrame |
                      "arrayminus": [mean - lo], "thickness": 2, "width": 8},
             hovertemplate=(f"WRG - AOG %{{x:+.1f}} [{lo:+.1f}, {hi:+.1f}], "
                            f"p {pooled['p']:.3f}<extra></extra>")), row=1, col=1)
+    # the teacher's line is named in the axis title: a label above the plot ran into the
+    # subplot title at narrow widths (800 px)
     fig.add_vline(x=0, line={"color": OI["black"], "width": 1, "dash": "dot"}, row=1, col=1)
-    fig.add_annotation(x=0, y=1.0, xref="x", yref="paper", text="teacher", showarrow=False,
-                       yanchor="bottom", font={"size": 11})
     if with_share:
         hid = [sh.get("hidden", np.nan) for sh in shares]
         oth = [sh.get("other", np.nan) for sh in shares]
@@ -121,8 +121,8 @@ def verdict_figure(sweep_dir: PathLike | None = None, *, results: pd.DataFrame |
     order = [mean_label] + labels[::-1] if pooled is not None and pooled["n_seeds"] > 1 \
         else labels[::-1]
     fig.update_yaxes(categoryorder="array", categoryarray=order)
-    fig.update_xaxes(title_text="points (student minus weak teacher)", zeroline=False, row=1,
-                     col=1)
+    fig.update_xaxes(title_text="points (student minus weak teacher; dotted line: the teacher)",
+                     zeroline=False, row=1, col=1)
     sub = fm["reason"] if not fm["can_conclude"] else (
         "failure mode: " + ("YES" if fm["failure_mode"] else "no") + "; strict form (AOG < 0): "
         + ("YES" if fm["strict"] else "no"))
