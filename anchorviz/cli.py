@@ -460,7 +460,7 @@ def _version() -> str:
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(
         prog="anchorviz",
-        description="Weak-to-strong reward models under preference shift, with and without "
+        description="Weak-to-strong reward models under preference shift, with and without\n"
                     "representation anchoring (ANCHOR).",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="examples:\n  anchorviz demo\n  anchorviz run configs/run.yaml --out runs/one\n"
@@ -568,12 +568,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="a reward model trained elsewhere (TRL, OpenRLHF, PEFT adapter, any "
              "AutoModelForSequenceClassification) against its base: accuracy, drift, map",
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="examples:\n  anchorviz analyse --model ./my-rm --reference Qwen/Qwen2.5-0.5B "
-               "--source my_pairs.jsonl --targets vader-amazon --unlabelled new=./logs.jsonl\n"
-               "  anchorviz analyse --model ./lora-adapter --reference ./base --source "
-               "vader-movie --targets vader-nyt --report\n"
-               "Datasets: names (anchorviz datasets), files or folders, hub ids; NAME=PATH "
-               "gives a file a short name. A file with other columns: see docs/YOUR_DATA.md.")
+        epilog="examples:\n  anchorviz analyse --model ./my-rm --reference Qwen/Qwen2.5-0.5B \\\n"
+               "      --source my_pairs.jsonl --targets vader-amazon --unlabelled new=./logs.jsonl\n"
+               "  anchorviz analyse --model ./lora-adapter --reference ./base \\\n"
+               "      --source vader-movie --targets vader-nyt --report\n"
+               "Datasets: names (anchorviz datasets), files or folders, hub ids; NAME=PATH gives a\n"
+               "file a short name. A file with other columns: see docs/YOUR_DATA.md.")
     an.add_argument("--model", required=True, metavar="PATH_OR_ID",
                     help="the reward model: a folder, a hub id or a PEFT adapter folder")
     an.add_argument("--reference", required=True, metavar="BASE",

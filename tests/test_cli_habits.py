@@ -267,6 +267,16 @@ def test_listings_fit_100_columns(command, capsys):
     assert max(len(line) for line in lines) <= 100
 
 
+def test_every_help_text_fits_100_columns(monkeypatch):
+    monkeypatch.setenv("COLUMNS", "100")  # argparse wraps to this; raw descriptions it does not
+    parser = build_parser()
+    texts = {"anchorviz": parser.format_help()}
+    texts.update({name: sub.format_help() for name, sub in
+                  parser._subparsers._group_actions[0].choices.items()})
+    wide = {name: max(len(line) for line in text.splitlines()) for name, text in texts.items()}
+    assert all(w <= 100 for w in wide.values()), wide
+
+
 @pytest.mark.parametrize("argv", [["--version"], ["--help"], ["demo", "--help"]])
 def test_version_and_help_import_no_heavy_library(argv):
     import subprocess
