@@ -372,6 +372,10 @@ def _check_04(nb) -> None:
     # smoke mode never trains hub models, whatever the machine has: it says so and why
     assert "Not running the hub sweep here" in text and "smoke mode" in text
     assert "anchorviz sweep " in text
+    # the real-data story reads the committed store, with or without the data folder
+    assert "ANCHOR lambda chosen on source validation: 0.3" in text
+    assert "realdata-pandalm         length   naive − ceiling -13.6 [-22.0, -5.3]" in text
+    assert PLOTLY_MIME in _mimes(nb) and WIDGET_MIME in _mimes(nb)
     if realdata_dir() is None:
         assert "was not found" in text
     else:

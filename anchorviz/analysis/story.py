@@ -1,0 +1,346 @@
+"""A compact, committable store of a real-data cue study: the data audit, every run's slices and
+its drift per target, without checkpoints, hidden states or any text of the data.
+
+A full run store holds about 100 MB per run (checkpoint, captured states); what the real-data
+story needs of it is a few kilobytes: the results table, each run's ``cues`` block (accuracy on
+the pairs where a cue agrees / disagrees with the label, and the follow rate) and its drift per
+split and layer. `export_story` writes those from one or more sweep folders (one per source,
+e.g. the stores of ``experiments/real_cues.py``) into a *story folder*:
+
+``story.json``
+    ``{"format": 1, "stores": {label: {"source", "targets", "runs"}}, "note": ...}``
+``results.csv``
+    one row per run: ``store``, ``run_id``, ``method``, ``anchor_lambda``, ``seed``, the
+    accuracies (``acc_val``, ``acc_id``, ``acc_<target>``) and WRG / AOG.
+``slices.csv``
+    one row per (run, split, cue): ``n_agree`` / ``n_disagree``, ``acc_agree`` /
+    ``acc_disagree`` and ``follow`` (the share of the cue's pairs where the model prefers the
+    cue's side), as the run's ``metrics.json`` holds them.
+``drift.csv``
+    one row per (run, split, layer): linear CKA and the centred cosine drift of the student
+    against its frozen pretrained reference (`anchorviz.analysis.drift`).
+``audit.csv`` (optional)
+    the data audit of `anchorviz.analysis.cues.cue_agreement` per dataset and cue.
+
+`load_story` reads a story folder back (and says which file is missing or malformed);
+`slice_summary`, `slice_contrast` and `drift_summary` are the pure functions the figures of
+`anchorviz.viz.story` and notebook 04 read it through: means over seeds with 95% t-intervals,
+and paired per-seed differences (naive minus ceiling on the disagree slice: a cue inherited
+from weak labels; ANCHOR minus naive: what anchoring changes).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from anchorviz.analysis.metrics import seed_summary
+from anchorviz.paths import write_atomic
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "STORY_FILES",
+    "STORY_FORMAT",
+    "Story",
+    "StoryError",
+    "drift_summary",
+    "export_story",
+    "load_story",
+    "slice_contrast",
+    "slice_summary",
+]
+
+#: bumped when a file's columns change meaning; a story of another format is refused
+STORY_FORMAT = 1
+STORY_FILES = ("story.json", "results.csv", "slices.csv", "drift.csv")
+_RESULT_COLS = ("run_id", "kind", "method", "anchor_lambda", "anchor_layers", "seed", "source",
+                "acc_val", "acc_id", "acc_ood", "wrg", "aog")
+_SLICE_COLS = ("store", "run_id", "split", "cue", "n", "n_agree", "n_disagree", "acc_agree",
+               "acc_disagree", "follow")
+_DRIFT_COLS = ("store", "run_id", "split", "layer", "cka", "cosine_centred_mean", "n_rows")
+#: the methods a slice figure compares, in this order (ANCHOR at the chosen lambda)
+METHODS = ("teacher", "ceiling", "naive", "anchor")
+
+
+class StoryError(ValueError):
+    """A story folder or a store that cannot be read as one; the message names the file."""
+
+
+@dataclass
+class Story:
+    """A story folder read back: its tables and the note of what made it."""
+
+    folder: Path
+    meta: dict
+    results: pd.DataFrame
+    slices: pd.DataFrame
+    drift: pd.DataFrame
+    audit: pd.DataFrame | None
+
+    @property
+    def stores(self) -> list[str]:
+        return list(self.meta.get("stores", {}))
+
+    def targets(self, store: str) -> list[str]:
+        """The store's evaluated splits other than the source test, as slice split names
+        (``target_test:<name>``)."""
+        self._check_store(store)
+        s = self.slices[self.slices["store"] == store]["split"].unique().tolist()
+        return sorted(x for x in s if x.startswith("target_test:"))
+
+    def lambdas(self, store: str) -> list[float]:
+        """The ANCHOR lambdas the store holds (ascending)."""
+        self._check_store(store)
+        r = self.results[(self.results["store"] == store) & (self.results["method"] == "anchor")]
+        return sorted(float(v) for v in r["anchor_lambda"].unique())
+
+    def layers(self, store: str) -> list[int]:
+        self._check_store(store)
+        return sorted(int(v) for v in self.drift[self.drift["store"] == store]["layer"].unique())
+
+    def _check_store(self, store: str) -> None:
+        if store not in self.stores:
+            raise StoryError(f"{self.folder}: no store {store!r}; expected one of {self.stores}")
+
+
+def _cues_rows(label: str, run_id: str, metrics: dict) -> list[dict]:
+    rows = []
+    for split, block in (metrics.get("cues") or {}).items():
+        if split == "ood":  # the pooled targets: each target is its own split
+            continue
+        for cue, b in block.items():
+            if not isinstance(b, dict) or not b.get("n"):
+                continue
+            rows.append({"store": label, "run_id": run_id, "split": split, "cue": cue,
+                         "n": int(b["n"]), "n_agree": int(b["agree"]["n"]),
+                         "n_disagree": int(b["disagree"]["n"]),
+                         "acc_agree": b["agree"]["point"], "acc_disagree": b["disagree"]["point"],
+                         "follow": b["follow"]["point"]})
+    return rows
+
+
+def _store_tables(label: str, sweep_dir: Path) -> tuple[pd.DataFrame, list[dict], list[pd.DataFrame]]:
+    from anchorviz.viz.common import load_results
+
+    try:
+        results = load_results(sweep_dir)
+    except (FileNotFoundError, ValueError) as err:
+        raise StoryError(f"store {label!r}: {err}") from err
+    cols = [c for c in results.columns if c in _RESULT_COLS or c.startswith(("acc_", "aog_"))]
+    res = results[cols].copy()
+    res.insert(0, "store", label)
+    slices: list[dict] = []
+    drift: list[pd.DataFrame] = []
+    for run_id in results["run_id"]:
+        run = sweep_dir / "runs" / run_id
+        mpath = run / "metrics.json"
+        try:
+            metrics = json.loads(mpath.read_text())
+        except (OSError, json.JSONDecodeError) as err:
+            raise StoryError(f"{mpath}: unreadable ({err}); expected the run's metrics.json") from err
+        slices += _cues_rows(label, run_id, metrics)
+        dpath = run / "drift.parquet"
+        if dpath.is_file():
+            d = pd.read_parquet(dpath)
+            keep = [c for c in _DRIFT_COLS if c in d.columns]
+            d = d[keep].copy()
+            d.insert(0, "run_id", run_id)
+            d.insert(0, "store", label)
+            drift.append(d)
+    return res, slices, drift
+
+
+def export_story(stores: Mapping[str, str | Path], out: str | Path, *,
+                 audit: pd.DataFrame | None = None, note: str = "") -> Path:
+    """Write the story folder ``out`` from sweep folders ``stores`` (label -> folder).
+
+    ``audit``: a data-audit table (`anchorviz.analysis.cues.cue_agreement` rows with a
+    ``dataset`` column) to keep beside the runs. Runs without a ``cues`` block in their
+    metrics (made before it existed) are exported without slices: compute it first with
+    `anchorviz.pipeline.results.run_cues`. Returns ``out``.
+
+    Raises:
+        StoryError: no store, a store that is not a finished sweep folder, an unreadable run.
+    """
+    if not stores:
+        raise StoryError("export_story: no store given; expected {label: sweep folder}")
+    out = Path(out)
+    results, slices, drift, meta = [], [], [], {}
+    for label, folder in stores.items():
+        res, sl, dr = _store_tables(str(label), Path(folder))
+        if not sl:
+            logger.warning("store %r: no run holds a cues block (older runs: run_cues first)", label)
+        results.append(res)
+        slices += sl
+        drift += dr
+        meta[str(label)] = {
+            "source": str(res["source"].iloc[0]) if "source" in res and len(res) else None,
+            "targets": sorted({r["split"].split(":", 1)[1] for r in sl
+                               if r["split"].startswith("target_test:")}),
+            "runs": int(len(res))}
+    out.mkdir(parents=True, exist_ok=True)
+    res_all = pd.concat(results, ignore_index=True)
+    sl_all = pd.DataFrame(slices, columns=list(_SLICE_COLS))
+    dr_all = (pd.concat(drift, ignore_index=True) if drift
+              else pd.DataFrame(columns=list(_DRIFT_COLS)))
+    for name, table in (("results.csv", res_all), ("slices.csv", sl_all), ("drift.csv", dr_all)):
+        _write_csv(out / name, table)
+    files = list(STORY_FILES)
+    if audit is not None:
+        _write_csv(out / "audit.csv", audit)
+        files.append("audit.csv")
+    text = json.dumps({"format": STORY_FORMAT, "stores": meta, "note": note, "files": files},
+                      indent=2) + "\n"
+    write_atomic(out / "story.json", lambda p: p.write_text(text))
+    return out
+
+
+def _write_csv(path: Path, table: pd.DataFrame) -> None:
+    write_atomic(path, lambda p: table.to_csv(p, index=False, float_format="%.6g"))
+
+
+def _read_csv(path: Path, required: tuple[str, ...]) -> pd.DataFrame:
+    if not path.is_file():
+        raise StoryError(f"{path}: missing; a story folder holds {', '.join(STORY_FILES)}")
+    try:
+        df = pd.read_csv(path)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as err:
+        raise StoryError(f"{path}: not a readable CSV table ({err})") from err
+    missing = [c for c in required if c not in df.columns]
+    if missing:
+        raise StoryError(f"{path}: columns {missing} missing; expected at least {list(required)}")
+    return df
+
+
+def load_story(folder: str | Path) -> Story:
+    """Read a story folder written by `export_story`.
+
+    Raises:
+        StoryError: the folder, a file or a column is missing, or the format is another one.
+    """
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise StoryError(f"{folder}: no such story folder (expected {', '.join(STORY_FILES)})")
+    mpath = folder / "story.json"
+    if not mpath.is_file():
+        raise StoryError(f"{mpath}: missing; a story folder holds {', '.join(STORY_FILES)}")
+    try:
+        meta = json.loads(mpath.read_text())
+    except json.JSONDecodeError as err:
+        raise StoryError(f"{mpath}: not JSON ({err})") from err
+    if not isinstance(meta, dict) or meta.get("format") != STORY_FORMAT:
+        got = meta.get("format") if isinstance(meta, dict) else type(meta).__name__
+        raise StoryError(f"{mpath}: format {got!r}; this anchorviz reads format {STORY_FORMAT}")
+    results = _read_csv(folder / "results.csv", ("store", "run_id", "method", "anchor_lambda",
+                                                 "seed"))
+    results["anchor_lambda"] = results["anchor_lambda"].fillna(0.0).astype(float)
+    slices = _read_csv(folder / "slices.csv", _SLICE_COLS)
+    drift = _read_csv(folder / "drift.csv", _DRIFT_COLS[:4])
+    audit = (_read_csv(folder / "audit.csv", ("dataset", "cue", "chosen_share"))
+             if (folder / "audit.csv").is_file() else None)
+    unknown = sorted(set(slices["run_id"]) - set(results["run_id"]))
+    if unknown:
+        raise StoryError(f"{folder / 'slices.csv'}: runs {unknown[:3]} are not in results.csv")
+    return Story(folder, meta, results, slices, drift, audit)
+
+
+# --------------------------------------------------------------------------- summaries
+
+
+def _method_runs(story: Story, store: str, method: str, anchor_lambda: float) -> pd.DataFrame:
+    r = story.results[story.results["store"] == store]
+    if method == "anchor":
+        return r[(r["method"] == "anchor") & np.isclose(r["anchor_lambda"], anchor_lambda)]
+    return r[r["method"] == method]
+
+
+def _per_seed(story: Story, store: str, method: str, anchor_lambda: float, split: str,
+              cue: str) -> pd.DataFrame:
+    runs = _method_runs(story, store, method, anchor_lambda)[["run_id", "seed"]]
+    s = story.slices
+    s = s[(s["store"] == store) & (s["split"] == split) & (s["cue"] == cue)]
+    return runs.merge(s, on="run_id").sort_values("seed")
+
+
+def _interval(values: np.ndarray) -> dict:
+    values = np.asarray(values, float)
+    values = values[np.isfinite(values)]
+    if not len(values):
+        return {"mean": math.nan, "lo": math.nan, "hi": math.nan, "seeds": 0}
+    s = seed_summary(values)
+    hw = s.half_width
+    return {"mean": s.mean, "lo": s.mean - hw, "hi": s.mean + hw, "seeds": int(len(values))}
+
+
+def slice_summary(story: Story, store: str, split: str, cue: str, anchor_lambda: float
+                  ) -> pd.DataFrame:
+    """Per method (teacher, ceiling, naive, ANCHOR at ``anchor_lambda``): the follow rate on the
+    disagree slice and the accuracy on the agree slice, mean over seeds with a 95% t-interval
+    (``follow``, ``follow_lo``, ``follow_hi``, ``agree``, ...), the per-seed values
+    (``follow_seeds``, ``agree_seeds``) and the smallest slice sizes over seeds."""
+    rows = []
+    for method in METHODS:
+        g = _per_seed(story, store, method, anchor_lambda, split, cue)
+        follow_dis = 1.0 - g["acc_disagree"].to_numpy(float)
+        f, a = _interval(follow_dis), _interval(g["acc_agree"].to_numpy(float))
+        rows.append({"method": method, "seeds": f["seeds"],
+                     "follow": f["mean"], "follow_lo": f["lo"], "follow_hi": f["hi"],
+                     "agree": a["mean"], "agree_lo": a["lo"], "agree_hi": a["hi"],
+                     "follow_seeds": follow_dis.tolist(),
+                     "agree_seeds": g["acc_agree"].tolist(), "seed_list": g["seed"].tolist(),
+                     "n_disagree_min": int(g["n_disagree"].min()) if len(g) else 0,
+                     "n_agree_min": int(g["n_agree"].min()) if len(g) else 0})
+    return pd.DataFrame(rows)
+
+
+def slice_contrast(story: Story, store: str, split: str, cue: str, anchor_lambda: float
+                   ) -> dict:
+    """The paired per-seed differences on the disagree slice's follow rate: ``inherited`` =
+    naive minus ceiling (above 0: the student follows the misleading cue more than a model
+    trained on gold labels, i.e. it got it from its weak labels) and ``anchor`` = ANCHOR minus
+    naive (below 0: anchoring follows it less); each ``{"mean", "lo", "hi", "seeds"}``."""
+    per = {m: _per_seed(story, store, m, anchor_lambda, split, cue).set_index("seed")
+           for m in ("ceiling", "naive", "anchor")}
+
+    def diff(a: str, b: str) -> dict:
+        seeds = per[a].index.intersection(per[b].index)
+        d = (per[b].loc[seeds, "acc_disagree"].to_numpy(float)
+             - per[a].loc[seeds, "acc_disagree"].to_numpy(float))  # follow = 1 - acc_disagree
+        return _interval(d)
+
+    return {"inherited": diff("naive", "ceiling"), "anchor": diff("anchor", "naive")}
+
+
+def drift_summary(story: Story, store: str, layer: int, anchor_lambda: float,
+                  metric: str = "cosine_centred_mean") -> pd.DataFrame:
+    """Per evaluated split and method (naive, ANCHOR at ``anchor_lambda``, ceiling): the drift
+    ``metric`` at ``layer`` (mean over seeds with a 95% t-interval) and the accuracy on that
+    split (mean over seeds), one row each."""
+    if metric not in story.drift.columns:
+        raise StoryError(f"drift metric {metric!r} not in {story.folder / 'drift.csv'}; "
+                         f"expected one of {[c for c in _DRIFT_COLS[4:6] if c in story.drift]}")
+    layers = story.layers(store)
+    if layer not in layers:
+        raise StoryError(f"layer {layer} not in store {store!r}; expected one of {layers}")
+    d = story.drift[(story.drift["store"] == store) & (story.drift["layer"] == layer)]
+    rows = []
+    for method in ("naive", "anchor", "ceiling"):
+        runs = _method_runs(story, store, method, anchor_lambda)
+        g = runs[["run_id", "seed"] + [c for c in runs.columns if c.startswith("acc_")]].merge(
+            d, on="run_id")
+        for split, gs in g.groupby("split", sort=True):
+            iv = _interval(gs[metric].to_numpy(float))
+            col = "acc_id" if split == "source_test" else f"acc_{split.split(':', 1)[-1]}"
+            acc = float(gs[col].mean()) if col in gs else math.nan
+            rows.append({"method": method, "split": split, "drift": iv["mean"],
+                         "drift_lo": iv["lo"], "drift_hi": iv["hi"], "seeds": iv["seeds"],
+                         "accuracy": acc})
+    return pd.DataFrame(rows)

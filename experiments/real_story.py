@@ -1,0 +1,73 @@
+"""Write the committed story folder that notebook 04 reads: the real-data cue audit and, per
+source, every run's slices and drift per target (`anchorviz.analysis.story.export_story`).
+
+    python experiments/real_story.py --store pku=runs/real_cues/pku \\
+        --out notebooks/data/real_story
+
+``--store LABEL=FOLDER`` (repeatable): a finished sweep folder of ``experiments/real_cues.py``.
+The audit (`anchorviz.analysis.cues.cue_agreement` over the four real files, prompt-cluster
+bootstrap, 2,000 resamples, seed 0) is computed when the real-data folder is present
+(``$ANCHORVIZ_REALDATA``) and otherwise kept from the existing story folder. Nothing of the
+data's text is written: counts, shares, accuracies and drift only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from anchorviz.analysis.cues import cue_agreement, cue_sides
+from anchorviz.analysis.story import export_story
+from anchorviz.data.readers import load_pairs
+from anchorviz.paths import realdata_dir
+
+DATASETS = ("realdata-ultrafeedback", "realdata-pandalm", "realdata-hh-harmless",
+            "realdata-pku-safe")
+CUES = ("length", "refusal", "format")
+
+
+def audit_table(n_boot: int = 2000, seed: int = 0) -> pd.DataFrame:
+    """The data audit of the four real files, one row per (dataset, cue)."""
+    parts = []
+    for name in DATASETS:
+        pairs, _ = load_pairs(name)
+        t = cue_agreement(cue_sides(pairs, list(CUES)), n_boot=n_boot, seed=seed)
+        t.insert(0, "dataset", name)
+        parts.append(t)
+    return pd.concat(parts, ignore_index=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--store", action="append", required=True, metavar="LABEL=FOLDER")
+    ap.add_argument("--out", default="notebooks/data/real_story")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING)
+    stores = {}
+    for item in args.store:
+        label, sep, folder = item.partition("=")
+        if not sep or not label or not folder:
+            sys.exit(f"--store {item!r}: expected LABEL=FOLDER, e.g. pku=runs/real_cues/pku")
+        stores[label] = folder
+    out = Path(args.out)
+    if realdata_dir() is not None:
+        audit = audit_table()
+    elif (out / "audit.csv").is_file():
+        audit = pd.read_csv(out / "audit.csv")
+    else:
+        audit = None
+    note = ("Made by `python " + " ".join(sys.argv) + "`. Sources and targets are the real "
+            "preference files named in each store; teacher minilm-l3, student minilm-l6, 128 "
+            "tokens, bfloat16 autocast, split-varying seeds.")
+    export_story(stores, out, audit=audit, note=note)
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
