@@ -181,6 +181,7 @@ def test_explorer_follows_its_controls(story) -> None:
                    "layer": 2}
     assert [list(t.y) for t in e.figures["drift"].data] != before
     assert any(t.name == "ANCHOR λ=3" for t in e.figures["slices"].data)
+    assert "too few to read" not in e.status_text  # 20 misleading pairs per seed
     with pytest.raises(ValueError, match=r"lambda_=7 is not in the story; choose one of \[0.3, 3.0\]"):
         e.update(lambda_=7)
     with pytest.raises(ValueError, match="unknown selection key"):
@@ -196,3 +197,13 @@ def test_the_committed_story_of_notebook_04_loads() -> None:
         for split in s.targets(store):
             summ = slice_summary(s, store, split, "length", s.lambdas(store)[0])
             assert (summ["seeds"] == 5).all()  # five seeds per method, as RESULTS reports
+
+
+def test_explorer_flags_a_slice_too_small_to_read(story) -> None:
+    s = pd.read_csv(story.folder / "slices.csv")
+    s.loc[s["split"] == "target_test:amazon", "n_disagree"] = 5
+    s.to_csv(story.folder / "slices.csv", index=False)
+    e = StoryExplorer(load_story(story.folder))
+    assert "Only 5 misleading pair(s) on some seed: too few to read" in e.status_text
+    e.update(split="nyt")
+    assert "too few to read" not in e.status_text

@@ -47,6 +47,7 @@ from anchorviz.paths import write_atomic
 logger = logging.getLogger(__name__)
 
 __all__ = [
+    "MIN_SLICE",
     "STORY_FILES",
     "STORY_FORMAT",
     "Story",
@@ -66,6 +67,9 @@ _RESULT_COLS = ("run_id", "kind", "method", "anchor_lambda", "anchor_layers", "s
 _SLICE_COLS = ("store", "run_id", "split", "cue", "n", "n_agree", "n_disagree", "acc_agree",
                "acc_disagree", "follow")
 _DRIFT_COLS = ("store", "run_id", "split", "layer", "cka", "cosine_centred_mean", "n_rows")
+#: a disagree slice with fewer pairs than this on some seed is too small to read (the rule the
+#: real-data study fixed before its runs, docs/RESULTS.md)
+MIN_SLICE = 20
 #: the methods a slice figure compares, in this order (ANCHOR at the chosen lambda)
 METHODS = ("teacher", "ceiling", "naive", "anchor")
 

@@ -34,6 +34,7 @@ from plotly.subplots import make_subplots
 
 from anchorviz.analysis.story import (
     METHODS,
+    MIN_SLICE,
     Story,
     StoryError,
     drift_summary,
@@ -364,3 +365,7 @@ class StoryExplorer:
             f"'{_escape(sel['cue'])}'</b>: follows it where it misleads: {_escape(follows)}. "
             f"Naive − ceiling {_escape(_interval_text(con['inherited']))}, ANCHOR − naive "
             f"{_escape(_interval_text(con['anchor']))} points (paired over seeds).")
+        small = int(summ["n_disagree_min"].min())
+        if small < MIN_SLICE:
+            self.status.value += (f" <b>Only {small} misleading pair(s) on some seed: too few to "
+                                  f"read</b> (the study reads slices of at least {MIN_SLICE}).")
