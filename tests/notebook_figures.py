@@ -1,4 +1,5 @@
-"""The figures notebooks 01-03 show, built from a fake sweep with the calls the notebooks make
+"""The figures notebooks 01-04 show, built from a fake sweep (04: the committed real-data story
+folder) with the calls the notebooks make
 (tests/test_notebook_images.py checks their static layout numbers, tests/test_browser.py
 renders them and checks that no text runs into another)."""
 
@@ -36,7 +37,8 @@ def demo_like_sweep(root: Path) -> Path:
 
 
 def notebook_figures(sweep: Path) -> dict[str, go.Figure]:
-    """``{name: figure}``: every figure cell of notebooks 01-03 (explorer panels aside)."""
+    """``{name: figure}``: every figure cell of notebooks 01-03 (explorer panels aside), and the
+    real-data story's figures of notebook 04 (its explorer's panels included)."""
     results = load_results(sweep)
     cond, _ = select_condition(results, artifact_strength=STRENGTH)
     teacher_id = cond.loc[cond["kind"] == "teacher", "run_id"].iloc[0]
@@ -64,4 +66,16 @@ def notebook_figures(sweep: Path) -> dict[str, go.Figure]:
                                                gain_col="aog", results=results,
                                                artifact_strength=STRENGTH),
         "03 lambda sweep": lam,
+        **story_figures(),
     }
+
+
+def story_figures() -> dict[str, go.Figure]:
+    """Notebook 04's real-data story: the audit and the explorer's two panels as first drawn."""
+    from anchorviz import StoryExplorer, cue_audit_figure, load_story
+
+    story = load_story(Path(__file__).resolve().parents[1] / "notebooks" / "data" / "real_story")
+    explorer = StoryExplorer(story)
+    return {"04 cue audit": cue_audit_figure(story),
+            "04 slices": go.Figure(explorer.figures["slices"]),
+            "04 drift": go.Figure(explorer.figures["drift"])}
