@@ -375,6 +375,7 @@ def _check_04(nb) -> None:
     # the real-data story reads the committed store, with or without the data folder
     assert "ANCHOR lambda chosen on source validation: 0.3" in text
     assert "realdata-pandalm         length   naive − ceiling -13.6 [-22.0, -5.3]" in text
+    assert text.count("read nothing from this study's weak-to-strong numbers") == 1  # uf only
     assert PLOTLY_MIME in _mimes(nb) and WIDGET_MIME in _mimes(nb)
     if realdata_dir() is None:
         assert "was not found" in text
