@@ -314,18 +314,12 @@ def cmd_cues(args) -> int:
     import json
     import math
 
-    from anchorviz.analysis.cues import cue_agreement, cue_sides, resolve_cues
-    from anchorviz.data.readers import load_pairs
-    from anchorviz.data.schema import DataError
+    from anchorviz.analysis.cues import audit_datasets
 
-    cues = resolve_cues(args.cues)  # an unknown cue fails before any data is read
+    audit = audit_datasets(args.datasets, args.cues, n_boot=args.n_boot, seed=args.seed)
     out: dict[str, dict] = {}
-    for name in args.datasets:
-        pairs, report = load_pairs(name)  # its drop report is logged by the reader
-        if not len(pairs):
-            raise DataError(f"{name}: no pairs left to audit (drop report: {report})")
-        table = cue_agreement(cue_sides(pairs, cues), n_boot=args.n_boot, seed=args.seed)
-        out[name] = {"pairs": len(pairs), "cues": {
+    for name, table in audit.groupby("dataset", sort=False):
+        out[str(name)] = {"pairs": int(table["pairs"].iloc[0]), "cues": {
             r["cue"]: {"n": r["n"], "n_side": r["n_side"], "interval": r["interval"], **{
                 k: {"point": r[k], "lo": r[f"{k}_lo"], "hi": r[f"{k}_hi"]}
                 for k in ("side_share", "chosen_share")}}

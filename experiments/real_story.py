@@ -20,25 +20,13 @@ from pathlib import Path
 
 import pandas as pd
 
-from anchorviz.analysis.cues import cue_agreement, cue_sides
-from anchorviz.analysis.story import export_story
-from anchorviz.data.readers import load_pairs
+from anchorviz.analysis.cues import audit_datasets
 from anchorviz.paths import realdata_dir
+from anchorviz.viz.story import export_story
 
 DATASETS = ("realdata-ultrafeedback", "realdata-pandalm", "realdata-hh-harmless",
             "realdata-pku-safe")
 CUES = ("length", "refusal", "format")
-
-
-def audit_table(n_boot: int = 2000, seed: int = 0) -> pd.DataFrame:
-    """The data audit of the four real files, one row per (dataset, cue)."""
-    parts = []
-    for name in DATASETS:
-        pairs, _ = load_pairs(name)
-        t = cue_agreement(cue_sides(pairs, list(CUES)), n_boot=n_boot, seed=seed)
-        t.insert(0, "dataset", name)
-        parts.append(t)
-    return pd.concat(parts, ignore_index=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -56,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
         stores[label] = folder
     out = Path(args.out)
     if realdata_dir() is not None:
-        audit = audit_table()
+        audit = audit_datasets(DATASETS, list(CUES))
     elif (out / "audit.csv").is_file():
         audit = pd.read_csv(out / "audit.csv")
     else:

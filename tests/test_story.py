@@ -17,7 +17,6 @@ from scipy import stats
 from anchorviz.analysis.story import (
     StoryError,
     drift_summary,
-    export_story,
     load_story,
     slice_contrast,
     slice_summary,
@@ -26,6 +25,7 @@ from anchorviz.viz.common import load_results
 from anchorviz.viz.story import (
     StoryExplorer,
     cue_audit_figure,
+    export_story,
     slice_figure,
     target_drift_figure,
 )

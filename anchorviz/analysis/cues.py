@@ -66,6 +66,7 @@ __all__ = [
     "REFUSAL_PHRASES",
     "REFUSAL_WINDOW",
     "CueFn",
+    "audit_datasets",
     "cue_agreement",
     "cue_columns",
     "cue_reliance",
@@ -419,3 +420,28 @@ def cue_reliance(sides: pd.DataFrame, scores: pd.DataFrame | ArrayLike,
         row["interval"] = kinds[-1]
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def audit_datasets(datasets: Sequence[str], cues: Sequence[str] | None = None,
+                   n_boot: int = 2000, seed: int = 0) -> pd.DataFrame:
+    """The data audit of several datasets (names or files `anchorviz.data.readers.load_pairs`
+    reads): `cue_agreement` of each, one row per (dataset, cue), with ``dataset`` and ``pairs``
+    (the pairs kept after the reader's drops) first. What ``anchorviz cues`` prints.
+
+    Raises:
+        DataError: a dataset with no pair left to audit (or any reader error).
+    """
+    from anchorviz.data.readers import load_pairs
+    from anchorviz.data.schema import DataError
+
+    cues = resolve_cues(cues)  # an unknown cue fails before any data is read
+    parts = []
+    for name in datasets:
+        pairs, report = load_pairs(name)  # its drop report is logged by the reader
+        if not len(pairs):
+            raise DataError(f"{name}: no pairs left to audit (drop report: {report})")
+        table = cue_agreement(cue_sides(pairs, cues), n_boot=n_boot, seed=seed)
+        table.insert(0, "pairs", len(pairs))
+        table.insert(0, "dataset", str(name))
+        parts.append(table)
+    return pd.concat(parts, ignore_index=True)

@@ -4,8 +4,8 @@ its drift per target, without checkpoints, hidden states or any text of the data
 A full run store holds about 100 MB per run (checkpoint, captured states); what the real-data
 story needs of it is a few kilobytes: the results table, each run's ``cues`` block (accuracy on
 the pairs where a cue agrees / disagrees with the label, and the follow rate) and its drift per
-split and layer. `export_story` writes those from one or more sweep folders (one per source,
-e.g. the stores of ``experiments/real_cues.py``) into a *story folder*:
+split and layer. `anchorviz.viz.story.export_story` writes those from one or more sweep folders
+(one per source, e.g. the stores of ``experiments/real_cues.py``) into a *story folder*:
 
 ``story.json``
     ``{"format": 1, "stores": {label: {"source", "targets", "runs"}}, "note": ...}``
@@ -32,9 +32,7 @@ from weak labels; ANCHOR minus naive: what anchoring changes).
 from __future__ import annotations
 
 import json
-import logging
 import math
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -42,18 +40,17 @@ import numpy as np
 import pandas as pd
 
 from anchorviz.analysis.metrics import seed_summary
-from anchorviz.paths import write_atomic
-
-logger = logging.getLogger(__name__)
 
 __all__ = [
     "MIN_SLICE",
     "STORY_FILES",
     "STORY_FORMAT",
+    "SLICE_COLUMNS",
+    "DRIFT_COLUMNS",
+    "RESULT_COLUMNS",
     "Story",
     "StoryError",
     "drift_summary",
-    "export_story",
     "load_story",
     "slice_contrast",
     "slice_summary",
@@ -62,11 +59,11 @@ __all__ = [
 #: bumped when a file's columns change meaning; a story of another format is refused
 STORY_FORMAT = 1
 STORY_FILES = ("story.json", "results.csv", "slices.csv", "drift.csv")
-_RESULT_COLS = ("run_id", "kind", "method", "anchor_lambda", "anchor_layers", "seed", "source",
+RESULT_COLUMNS = ("run_id", "kind", "method", "anchor_lambda", "anchor_layers", "seed", "source",
                 "acc_val", "acc_id", "acc_ood", "wrg", "aog")
-_SLICE_COLS = ("store", "run_id", "split", "cue", "n", "n_agree", "n_disagree", "acc_agree",
+SLICE_COLUMNS = ("store", "run_id", "split", "cue", "n", "n_agree", "n_disagree", "acc_agree",
                "acc_disagree", "follow")
-_DRIFT_COLS = ("store", "run_id", "split", "layer", "cka", "cosine_centred_mean", "n_rows")
+DRIFT_COLUMNS = ("store", "run_id", "split", "layer", "cka", "cosine_centred_mean", "n_rows")
 #: a disagree slice with fewer pairs than this on some seed is too small to read (the rule the
 #: real-data study fixed before its runs, docs/RESULTS.md)
 MIN_SLICE = 20
@@ -115,102 +112,6 @@ class Story:
             raise StoryError(f"{self.folder}: no store {store!r}; expected one of {self.stores}")
 
 
-def _cues_rows(label: str, run_id: str, metrics: dict) -> list[dict]:
-    rows = []
-    for split, block in (metrics.get("cues") or {}).items():
-        if split == "ood":  # the pooled targets: each target is its own split
-            continue
-        for cue, b in block.items():
-            if not isinstance(b, dict) or not b.get("n"):
-                continue
-            rows.append({"store": label, "run_id": run_id, "split": split, "cue": cue,
-                         "n": int(b["n"]), "n_agree": int(b["agree"]["n"]),
-                         "n_disagree": int(b["disagree"]["n"]),
-                         "acc_agree": b["agree"]["point"], "acc_disagree": b["disagree"]["point"],
-                         "follow": b["follow"]["point"]})
-    return rows
-
-
-def _store_tables(label: str, sweep_dir: Path) -> tuple[pd.DataFrame, list[dict], list[pd.DataFrame]]:
-    from anchorviz.viz.common import load_results
-
-    try:
-        results = load_results(sweep_dir)
-    except (FileNotFoundError, ValueError) as err:
-        raise StoryError(f"store {label!r}: {err}") from err
-    cols = [c for c in results.columns if c in _RESULT_COLS or c.startswith(("acc_", "aog_"))]
-    res = results[cols].copy()
-    res.insert(0, "store", label)
-    slices: list[dict] = []
-    drift: list[pd.DataFrame] = []
-    for run_id in results["run_id"]:
-        run = sweep_dir / "runs" / run_id
-        mpath = run / "metrics.json"
-        try:
-            metrics = json.loads(mpath.read_text())
-        except (OSError, json.JSONDecodeError) as err:
-            raise StoryError(f"{mpath}: unreadable ({err}); expected the run's metrics.json") from err
-        slices += _cues_rows(label, run_id, metrics)
-        dpath = run / "drift.parquet"
-        if dpath.is_file():
-            d = pd.read_parquet(dpath)
-            keep = [c for c in _DRIFT_COLS if c in d.columns]
-            d = d[keep].copy()
-            d.insert(0, "run_id", run_id)
-            d.insert(0, "store", label)
-            drift.append(d)
-    return res, slices, drift
-
-
-def export_story(stores: Mapping[str, str | Path], out: str | Path, *,
-                 audit: pd.DataFrame | None = None, note: str = "") -> Path:
-    """Write the story folder ``out`` from sweep folders ``stores`` (label -> folder).
-
-    ``audit``: a data-audit table (`anchorviz.analysis.cues.cue_agreement` rows with a
-    ``dataset`` column) to keep beside the runs. Runs without a ``cues`` block in their
-    metrics (made before it existed) are exported without slices: compute it first with
-    `anchorviz.pipeline.results.run_cues`. Returns ``out``.
-
-    Raises:
-        StoryError: no store, a store that is not a finished sweep folder, an unreadable run.
-    """
-    if not stores:
-        raise StoryError("export_story: no store given; expected {label: sweep folder}")
-    out = Path(out)
-    results, slices, drift, meta = [], [], [], {}
-    for label, folder in stores.items():
-        res, sl, dr = _store_tables(str(label), Path(folder))
-        if not sl:
-            logger.warning("store %r: no run holds a cues block (older runs: run_cues first)", label)
-        results.append(res)
-        slices += sl
-        drift += dr
-        meta[str(label)] = {
-            "source": str(res["source"].iloc[0]) if "source" in res and len(res) else None,
-            "targets": sorted({r["split"].split(":", 1)[1] for r in sl
-                               if r["split"].startswith("target_test:")}),
-            "runs": int(len(res))}
-    out.mkdir(parents=True, exist_ok=True)
-    res_all = pd.concat(results, ignore_index=True)
-    sl_all = pd.DataFrame(slices, columns=list(_SLICE_COLS))
-    dr_all = (pd.concat(drift, ignore_index=True) if drift
-              else pd.DataFrame(columns=list(_DRIFT_COLS)))
-    for name, table in (("results.csv", res_all), ("slices.csv", sl_all), ("drift.csv", dr_all)):
-        _write_csv(out / name, table)
-    files = list(STORY_FILES)
-    if audit is not None:
-        _write_csv(out / "audit.csv", audit)
-        files.append("audit.csv")
-    text = json.dumps({"format": STORY_FORMAT, "stores": meta, "note": note, "files": files},
-                      indent=2) + "\n"
-    write_atomic(out / "story.json", lambda p: p.write_text(text))
-    return out
-
-
-def _write_csv(path: Path, table: pd.DataFrame) -> None:
-    write_atomic(path, lambda p: table.to_csv(p, index=False, float_format="%.6g"))
-
-
 def _read_csv(path: Path, required: tuple[str, ...]) -> pd.DataFrame:
     if not path.is_file():
         raise StoryError(f"{path}: missing; a story folder holds {', '.join(STORY_FILES)}")
@@ -246,8 +147,8 @@ def load_story(folder: str | Path) -> Story:
     results = _read_csv(folder / "results.csv", ("store", "run_id", "method", "anchor_lambda",
                                                  "seed"))
     results["anchor_lambda"] = results["anchor_lambda"].fillna(0.0).astype(float)
-    slices = _read_csv(folder / "slices.csv", _SLICE_COLS)
-    drift = _read_csv(folder / "drift.csv", _DRIFT_COLS[:4])
+    slices = _read_csv(folder / "slices.csv", SLICE_COLUMNS)
+    drift = _read_csv(folder / "drift.csv", DRIFT_COLUMNS[:4])
     audit = (_read_csv(folder / "audit.csv", ("dataset", "cue", "chosen_share"))
              if (folder / "audit.csv").is_file() else None)
     unknown = sorted(set(slices["run_id"]) - set(results["run_id"]))
@@ -330,7 +231,7 @@ def drift_summary(story: Story, store: str, layer: int, anchor_lambda: float,
     split (mean over seeds), one row each."""
     if metric not in story.drift.columns:
         raise StoryError(f"drift metric {metric!r} not in {story.folder / 'drift.csv'}; "
-                         f"expected one of {[c for c in _DRIFT_COLS[4:6] if c in story.drift]}")
+                         f"expected one of {[c for c in DRIFT_COLUMNS[4:6] if c in story.drift]}")
     layers = story.layers(store)
     if layer not in layers:
         raise StoryError(f"layer {layer} not in store {store!r}; expected one of {layers}")

@@ -1,7 +1,8 @@
 """The real-data story: the cue audit, each cue's slices per model and drift per target, read from
 a story folder (`anchorviz.analysis.story`), and :class:`StoryExplorer`, their linked view.
 
-Figures are pure functions of a `Story`:
+`export_story` writes a story folder from finished sweep folders (read as every view reads
+them, `anchorviz.viz.common.load_results`). Figures are pure functions of a `Story`:
 
 - :func:`cue_audit_figure`: per dataset and cue, where the cue picks a side, how often that side
   is the chosen response (the preference shift in the data itself, before any model).
@@ -21,9 +22,12 @@ static picture of it.
 
 from __future__ import annotations
 
+import json
+import logging
 import math
 from collections.abc import Mapping
 from html import escape as _escape
+from pathlib import Path
 from typing import Any
 
 import ipywidgets as widgets
@@ -33,31 +37,140 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from anchorviz.analysis.story import (
+    DRIFT_COLUMNS,
     METHODS,
     MIN_SLICE,
+    RESULT_COLUMNS,
+    SLICE_COLUMNS,
+    STORY_FILES,
+    STORY_FORMAT,
     Story,
     StoryError,
     drift_summary,
     slice_contrast,
     slice_summary,
 )
+from anchorviz.paths import write_atomic
 from anchorviz.viz.common import (
     BOTTOM_LEGEND,
     METHOD_COLORS,
     OKABE_ITO,
     TEMPLATE,
     figure_title,
+    load_results,
 )
 from anchorviz.viz.widgets import _FigureSlot, _wrap_row, lambda_label
 
-__all__ = ["StoryExplorer", "cue_audit_figure", "slice_figure", "split_label",
+__all__ = ["StoryExplorer", "cue_audit_figure", "export_story", "slice_figure", "split_label",
            "target_drift_figure"]
+
+logger = logging.getLogger(__name__)
 
 _CUE_COLORS = {"length": OKABE_ITO["blue"], "refusal": OKABE_ITO["vermillion"],
                "format": OKABE_ITO["bluish_green"]}
 _ANCHOR_COLOR = OKABE_ITO["blue"]
 _COLORS = {**METHOD_COLORS, "anchor": _ANCHOR_COLOR}
 _HEIGHT = 480
+
+
+# --------------------------------------------------------------------------- export
+
+
+def _cues_rows(label: str, run_id: str, metrics: dict) -> list[dict]:
+    rows = []
+    for split, block in (metrics.get("cues") or {}).items():
+        if split == "ood":  # the pooled targets: each target is its own split
+            continue
+        for cue, b in block.items():
+            if not isinstance(b, dict) or not b.get("n"):
+                continue
+            rows.append({"store": label, "run_id": run_id, "split": split, "cue": cue,
+                         "n": int(b["n"]), "n_agree": int(b["agree"]["n"]),
+                         "n_disagree": int(b["disagree"]["n"]),
+                         "acc_agree": b["agree"]["point"], "acc_disagree": b["disagree"]["point"],
+                         "follow": b["follow"]["point"]})
+    return rows
+
+
+def _store_tables(label: str, sweep_dir: Path) -> tuple[pd.DataFrame, list[dict], list[pd.DataFrame]]:
+    try:
+        results = load_results(sweep_dir)
+    except (FileNotFoundError, ValueError) as err:
+        raise StoryError(f"store {label!r}: {err}") from err
+    cols = [c for c in results.columns if c in RESULT_COLUMNS or c.startswith(("acc_", "aog_"))]
+    res = results[cols].copy()
+    res.insert(0, "store", label)
+    slices: list[dict] = []
+    drift: list[pd.DataFrame] = []
+    for run_id in results["run_id"]:
+        run = sweep_dir / "runs" / run_id
+        mpath = run / "metrics.json"
+        try:
+            metrics = json.loads(mpath.read_text())
+        except (OSError, json.JSONDecodeError) as err:
+            raise StoryError(f"{mpath}: unreadable ({err}); expected the run's metrics.json") from err
+        slices += _cues_rows(label, run_id, metrics)
+        dpath = run / "drift.parquet"
+        if dpath.is_file():
+            d = pd.read_parquet(dpath)
+            keep = [c for c in DRIFT_COLUMNS if c in d.columns]
+            d = d[keep].copy()
+            d.insert(0, "run_id", run_id)
+            d.insert(0, "store", label)
+            drift.append(d)
+    return res, slices, drift
+
+
+def export_story(stores: Mapping[str, str | Path], out: str | Path, *,
+                 audit: pd.DataFrame | None = None, note: str = "") -> Path:
+    """Write the story folder ``out`` from sweep folders ``stores`` (label -> folder).
+
+    ``audit``: a data-audit table (`anchorviz.analysis.cues.cue_agreement` rows with a
+    ``dataset`` column) to keep beside the runs. Runs without a ``cues`` block in their
+    metrics (made before it existed) are exported without slices: compute it first with
+    `anchorviz.pipeline.results.run_cues`. Returns ``out``.
+
+    Raises:
+        StoryError: no store, a store that is not a finished sweep folder, an unreadable run.
+    """
+    if not stores:
+        raise StoryError("export_story: no store given; expected {label: sweep folder}")
+    out = Path(out)
+    results, slices, drift, meta = [], [], [], {}
+    for label, folder in stores.items():
+        res, sl, dr = _store_tables(str(label), Path(folder))
+        if not sl:
+            logger.warning("store %r: no run holds a cues block (older runs: run_cues first)", label)
+        results.append(res)
+        slices += sl
+        drift += dr
+        meta[str(label)] = {
+            "source": str(res["source"].iloc[0]) if "source" in res and len(res) else None,
+            "targets": sorted({r["split"].split(":", 1)[1] for r in sl
+                               if r["split"].startswith("target_test:")}),
+            "runs": int(len(res))}
+    out.mkdir(parents=True, exist_ok=True)
+    res_all = pd.concat(results, ignore_index=True)
+    sl_all = pd.DataFrame(slices, columns=list(SLICE_COLUMNS))
+    dr_all = (pd.concat(drift, ignore_index=True) if drift
+              else pd.DataFrame(columns=list(DRIFT_COLUMNS)))
+    for name, table in (("results.csv", res_all), ("slices.csv", sl_all), ("drift.csv", dr_all)):
+        _write_csv(out / name, table)
+    files = list(STORY_FILES)
+    if audit is not None:
+        _write_csv(out / "audit.csv", audit)
+        files.append("audit.csv")
+    text = json.dumps({"format": STORY_FORMAT, "stores": meta, "note": note, "files": files},
+                      indent=2) + "\n"
+    write_atomic(out / "story.json", lambda p: p.write_text(text))
+    return out
+
+
+def _write_csv(path: Path, table: pd.DataFrame) -> None:
+    write_atomic(path, lambda p: table.to_csv(p, index=False, float_format="%.6g"))
+
+
+# --------------------------------------------------------------------------- figures
 
 
 def split_label(split: str) -> str:
@@ -124,18 +237,22 @@ def cue_audit_figure(audit: pd.DataFrame | Story) -> go.Figure:
     return fig
 
 
-def slice_figure(story: Story, store: str, split: str, cue: str, anchor_lambda: float
+def slice_figure(story: Story, store: str, split: str, cue: str, anchor_lambda: float, *,
+                 summary: pd.DataFrame | None = None, contrast: dict | None = None
                  ) -> go.Figure:
     """Two panels for one source (``store``), split and cue: the follow rate on the disagree
     slice (the cue's side is the rejected response: following it is an error) and the accuracy
     on the agree slice, per model; each seed a small point, the mean a large one with its 95%
     t-interval over seeds. The subtitle gives the paired differences (naive minus ceiling:
-    inherited from weak labels when above 0; ANCHOR minus naive)."""
-    summ = slice_summary(story, store, split, cue, anchor_lambda)
+    inherited from weak labels when above 0; ANCHOR minus naive). ``summary`` / ``contrast``:
+    `slice_summary` / `slice_contrast` of the same selection, when the caller has them."""
+    summ = summary if summary is not None else slice_summary(story, store, split, cue,
+                                                              anchor_lambda)
     if not summ["seeds"].any():
         raise StoryError(f"store {store!r} has no {cue!r} slice on {split!r}; splits: "
                          f"{sorted(story.slices['split'].unique())}")
-    con = slice_contrast(story, store, split, cue, anchor_lambda)
+    con = contrast if contrast is not None else slice_contrast(story, store, split, cue,
+                                                               anchor_lambda)
     names = [_method_name(m, anchor_lambda) for m in summ["method"]]
     fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.12, subplot_titles=[
         f"follows the cue where it misleads (≥{int(summ['n_disagree_min'].min())} pairs/seed)",
@@ -352,12 +469,14 @@ class StoryExplorer:
     def _redraw(self) -> None:
         sel = self.selection
         st, lam = sel["store"], float(sel["lambda_"])
+        summary = slice_summary(self.story, st, sel["split"], sel["cue"], lam)
+        con = slice_contrast(self.story, st, sel["split"], sel["cue"], lam)
         self._replace(self._slots["slices"],
-                      slice_figure(self.story, st, sel["split"], sel["cue"], lam))
+                      slice_figure(self.story, st, sel["split"], sel["cue"], lam,
+                                   summary=summary, contrast=con))
         self._replace(self._slots["drift"], target_drift_figure(self.story, st, int(sel["layer"]),
                                                                 lam))
-        con = slice_contrast(self.story, st, sel["split"], sel["cue"], lam)
-        summ = slice_summary(self.story, st, sel["split"], sel["cue"], lam).set_index("method")
+        summ = summary.set_index("method")
         follows = ", ".join(f"{_method_name(m, lam)} {100 * summ.loc[m, 'follow']:.1f}%"
                             for m in METHODS if math.isfinite(summ.loc[m, "follow"]))
         self.status.value = (
