@@ -23,6 +23,7 @@ from typing import Any
 logger = logging.getLogger(__name__)
 
 __all__ = [
+    "ATTENTION",
     "OPTIMIZERS",
     "TrainConfig",
     "TrainError",
@@ -53,6 +54,9 @@ __all__ = [
 
 
 METHODS = ("naive", "confidence", "anchor", "seam")
+
+# the choices of `ModelsConfig.attention` (transformers' ``attn_implementation``; "auto": its own)
+ATTENTION = ("auto", "eager", "sdpa")
 
 
 class ConfigError(ValueError):
@@ -168,6 +172,11 @@ class ModelsConfig:
     student_lora: dict | None = None  # PEFT LoraConfig kwargs, e.g. {"r": 8}
     trust_remote_code: bool = False
     dtype: str = "float32"  # "float32" | "bfloat16"
+    # the attention kernel: "auto" = the transformers default (PyTorch's fused SDPA where the
+    # model has it), "eager" = plain matmul + softmax, "sdpa" = SDPA required. On a CPU under
+    # bfloat16 autocast SDPA's backward is slow for short sequences: a MiniLM-L6 training step
+    # of 16 pairs x 48 tokens takes 0.73x the time with "eager" (bench/bench_flops.py)
+    attention: str = "auto"
 
 
 @dataclass
@@ -188,6 +197,9 @@ class MethodConfig:
 
 @dataclass
 class CaptureConfig:
+    # False: the run is scored only (no hidden states, no drift, no projection, and no reference
+    # capture for it); a sweep's verdict-only seeds (outside ``grid.detail_seeds``) run this way
+    enabled: bool = True
     layers: str = "all"
     batch_size: int = 64
     save_hidden: bool = True
@@ -286,6 +298,9 @@ class RunConfig:
             raise ConfigError("data.targets must list at least one target dataset")
         if self.models.dtype not in ("float32", "bfloat16"):
             raise ConfigError(f"models.dtype must be float32 or bfloat16, got {self.models.dtype!r}")
+        if self.models.attention not in ATTENTION:
+            raise ConfigError(f"models.attention must be one of {', '.join(ATTENTION)}, got "
+                              f"{self.models.attention!r}")
         if self.capture.projection not in ("auto", "umap", "pca", "none"):
             raise ConfigError(f"capture.projection must be auto|umap|pca|none, got {self.capture.projection!r}")
         for name in ("teacher_train", "student_train"):

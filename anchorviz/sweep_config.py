@@ -35,8 +35,8 @@ class SweepConfig:
     seeds: list[int] = field(default_factory=lambda: [0])
     artifact_strengths: list[float] | None = None  # None: the base config's strength
     # seeds on which the whole grid (every method, the ceiling) runs; on the other seeds only
-    # the naive student and its teacher, the runs the failure-mode verdict needs. None: every
-    # seed runs the whole grid
+    # the naive student and its teacher, the runs the failure-mode verdict needs, scored
+    # without a hidden-state capture. None: every seed runs the whole grid, captures included
     detail_seeds: list[int] | None = None
 
 
@@ -101,7 +101,8 @@ def load_sweep(path: str | Path) -> SweepConfig:
 def expand_sweep(sw: SweepConfig) -> list[RunConfig]:
     """Every student config of the grid (teacher / ceiling are implied and shared). With
     ``detail_seeds``, seeds outside it get only the naive student (and its teacher), no
-    ceiling."""
+    ceiling, scored without a hidden-state capture (``capture.enabled`` False: what a
+    failure-mode verdict reads is scores; drift and projections are the detail seeds')."""
     out = []
     strengths = sw.artifact_strengths or [sw.base.data.artifact_strength]
     detail = None if sw.detail_seeds is None else set(sw.detail_seeds)
@@ -112,10 +113,12 @@ def expand_sweep(sw: SweepConfig) -> list[RunConfig]:
                 grid = ([(lam, lay) for lam in sw.anchor_lambdas for lay in sw.anchor_layers]
                         if m == "anchor" else [(0.0, "last")])
                 for lam, lay in grid:
-                    out.append(with_overrides(sw.base, **{
-                        "seed": seed, "data.artifact_strength": float(strength),
-                        "method.name": m, "method.anchor_lambda": float(lam),
-                        "method.anchor_layers": lay, "ceiling": sw.base.ceiling and full}))
+                    over = {"seed": seed, "data.artifact_strength": float(strength),
+                            "method.name": m, "method.anchor_lambda": float(lam),
+                            "method.anchor_layers": lay, "ceiling": sw.base.ceiling and full}
+                    if not full:
+                        over["capture.enabled"] = False
+                    out.append(with_overrides(sw.base, **over))
     return out
 
 

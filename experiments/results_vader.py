@@ -137,6 +137,10 @@ def main() -> None:
                     help="ANCHOR lambdas (default: the demo's grid)")
     ap.add_argument("--layers", nargs="+", default=["last", "middle"])
     ap.add_argument("--no-ceiling", action="store_true")
+    ap.add_argument("--detail-seeds", type=int, nargs="+", default=None,
+                    help="seeds that run every method with hidden-state captures; the others "
+                         "run the naive student scored only, as the demo's verdict seeds do "
+                         "(default: every seed runs everything)")
     ap.add_argument("--target-mode", default="absent", choices=["absent", "neutral", "reversed"])
     ap.add_argument("--sizes", type=int, nargs=5, default=None,
                     metavar=("TEACHER", "W2S", "VAL", "SOURCE_TEST", "TARGET_TEST"),
@@ -155,6 +159,9 @@ def main() -> None:
     # float32 unless --bf16: every table recorded before the demo moved to bfloat16 is float32
     sw = demo_sweep(strength=args.strengths[0], seeds=tuple(args.seeds), bf16=args.bf16)
     sw.methods = args.methods
+    # default: every method (and capture) on every seed, as the tables were made; with
+    # --detail-seeds the others get the naive student only, scored without a capture (the demo)
+    sw.detail_seeds = args.detail_seeds
     sw.anchor_layers = args.layers
     if args.lambdas:
         sw.anchor_lambdas = args.lambdas

@@ -130,10 +130,11 @@ def test_bench_flops(tiny_model):
          "--max-length", "16"])
     args.steps, args.repeats, args.matmul_n = 2, 1, 64
     res = bench_flops.measure(args, log=lambda m: None)
-    assert set(res["times"]) == {"matmul fp32", "matmul bf16", "step fp32", "step bf16"}
+    assert set(res["times"]) == {"matmul fp32", "matmul bf16", "step fp32", "step bf16",
+                                 "step bf16 eager", "score bf16", "score bf16 eager"}
     assert res["step_flops"] > 0 and res["matmul_flops"] == 2 * 64 ** 3
     md = bench_flops.markdown(res, args, "cmd", _facts(), 1.0)
-    assert "GFLOP/s" in md and "share of the matmul rate" in md
+    assert "GFLOP/s" in md and "share of the matmul rate" in md and "Eager / SDPA" in md
 
 
 def test_bench_rehash(tmp_path):

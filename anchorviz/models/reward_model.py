@@ -366,6 +366,7 @@ def load_backbone(
     trust_remote_code: bool = False,
     dropout: bool = True,
     allow_pickle_weights: bool = False,
+    attention: str = "auto",
 ):
     """Load ``(backbone, tokenizer)``: a zoo name, a local folder or a hub id.
 
@@ -392,6 +393,8 @@ def load_backbone(
         kwargs.update(ZOO[name_or_path].load_kwargs)
     if dtype is not None:
         kwargs["dtype"] = dtype
+    if attention != "auto":
+        kwargs["attn_implementation"] = attention
     try:
         with quiet_transformers():
             tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
@@ -418,13 +421,14 @@ def load_reward_model(
     dropout: bool = True,
     lora: dict | None = None,
     allow_pickle_weights: bool = False,
+    attention: str = "auto",
 ):
     """``(RewardModel, tokenizer)`` for a backbone; ``lora`` (PEFT LoraConfig kwargs) wraps the
     backbone in adapters while the reward head stays fully trainable (and is saved).
-    ``allow_pickle_weights``: see `load_backbone`."""
+    ``allow_pickle_weights``, ``attention``: see `load_backbone`."""
     backbone, tokenizer = load_backbone(
         name_or_path, dtype=dtype, trust_remote_code=trust_remote_code, dropout=dropout,
-        allow_pickle_weights=allow_pickle_weights,
+        allow_pickle_weights=allow_pickle_weights, attention=attention,
     )
     if lora:
         backbone = apply_lora(backbone, lora)

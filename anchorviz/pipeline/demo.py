@@ -114,9 +114,11 @@ def demo_sweep(strength: float = 0.8, seeds: tuple[int, ...] | None = None, quic
     one of the `SCENARIOS` (``visibility`` overrides the scenario's teacher visibility of the
     marker; ``strength`` the fraction of marked source pairs). ``seeds`` None: the file's
     (five; one with ``quick``); given, the first of them is the one with the whole grid.
-    ``bf16`` None: the file's arithmetic (bfloat16 autocast for the default demo, float32 for
-    ``quick`` and the echo scenario); True / False sets it for teacher and students alike (the
-    experiment scripts pass False: the arithmetic of the tables they reproduce)."""
+    ``bf16`` None: the file's arithmetic (bfloat16 autocast and eager attention for the default
+    demo, float32 and the library's attention kernel for ``quick`` and the echo scenario); True
+    / False sets it for teacher and students alike (the experiment scripts pass False: the
+    arithmetic of the tables they reproduce; False also sets ``models.attention`` to "auto",
+    the kernel those tables were computed with)."""
     from anchorviz.config import ConfigError  # torch: only when used
     from anchorviz.sweep_config import sweep_from_dict
 
@@ -130,6 +132,8 @@ def demo_sweep(strength: float = 0.8, seeds: tuple[int, ...] | None = None, quic
     if bf16 is not None:
         for part in ("teacher_train", "student_train"):
             settings["base"].setdefault(part, {})["bf16"] = bool(bf16)
+        if not bf16:
+            settings["base"].setdefault("models", {})["attention"] = "auto"
     if seeds is not None:
         settings["grid"]["seeds"] = [int(s) for s in seeds]
         if "detail_seeds" in settings["grid"]:

@@ -18,6 +18,7 @@ from anchorviz.pipeline.prepare import data_config, is_local_data
 __all__ = [
     "SPLIT_PROTOCOL",
     "TRAINING_CODE_VERSION",
+    "capture_key",
     "data_key",
     "local_inputs",
     "reference_key",
@@ -80,13 +81,30 @@ def _with_inputs(key: dict, cfg: RunConfig, model: str) -> dict:
     return key
 
 
+def _with_attention(key: dict, cfg: RunConfig) -> dict:
+    """The attention kernel joins a key only when it is not the library's own ("auto"): the ids
+    of runs made before the setting existed stay as they were."""
+    if cfg.models.attention != "auto":
+        key["attention"] = cfg.models.attention
+    return key
+
+
 def teacher_key(cfg: RunConfig) -> dict:
-    return _with_inputs(
+    return _with_inputs(_with_attention(
         {"kind": "teacher", "code": TRAINING_CODE_VERSION, "data": data_key(data_config(cfg)),
          "model": cfg.models.teacher,
          "pooling": cfg.models.pooling, "dropout": cfg.models.teacher_dropout,
-         "dtype": cfg.models.dtype, "train": asdict(cfg.teacher_train), "seed": cfg.seed},
+         "dtype": cfg.models.dtype, "train": asdict(cfg.teacher_train), "seed": cfg.seed}, cfg),
         cfg, cfg.models.teacher)
+
+
+def capture_key(cfg: RunConfig) -> dict:
+    """The capture settings in a student's key: ``enabled`` joins only when False (runs made
+    before the setting existed captured, and keep their ids)."""
+    key = asdict(cfg.capture)
+    if key.pop("enabled", True) is False:
+        key["enabled"] = False
+    return key
 
 
 def student_key(cfg: RunConfig, kind: str) -> dict:
@@ -95,7 +113,8 @@ def student_key(cfg: RunConfig, kind: str) -> dict:
            "model": m.student, "pooling": m.pooling,
            "dropout": m.student_dropout, "lora": m.student_lora, "dtype": m.dtype,
            "train": asdict(cfg.student_train), "seed": cfg.seed,
-           "capture": asdict(cfg.capture)}
+           "capture": capture_key(cfg)}
+    _with_attention(key, cfg)
     if kind == "student":
         key["teacher"] = teacher_key(cfg)
         meth = asdict(cfg.method)
@@ -115,7 +134,7 @@ def reference_key(cfg: RunConfig) -> dict:
            "pooling": m.pooling, "dtype": m.dtype, "capture_layers": cfg.capture.layers}
     if cfg.student_train.bf16:  # captured under bfloat16 autocast; float32 keys stay as they were
         key["bf16"] = True
-    return _with_inputs(key, cfg, m.student)
+    return _with_inputs(_with_attention(key, cfg), cfg, m.student)
 
 
 def run_id_for(key: dict) -> str:

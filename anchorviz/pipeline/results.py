@@ -218,8 +218,10 @@ def results_table(out_dir: str | Path) -> pd.DataFrame:
 
 
 # dotted run-key settings that a sweep's grid varies (they have their own table columns)
+# (``capture.enabled`` is set by the grid too: off on seeds outside ``detail_seeds``, which
+# are scored exactly as a captured run is, so it never tells two conditions apart)
 _GRID_SETTINGS = {"kind", "seed", "method.name", "method.anchor_lambda", "method.anchor_layers",
-                  "data.artifact_strength", "data.artifact_teacher_visibility"}
+                  "data.artifact_strength", "data.artifact_teacher_visibility", "capture.enabled"}
 
 
 def _base_settings(key: dict) -> dict[str, str]:
@@ -387,6 +389,9 @@ def _result_row(run_id: str, key: dict, m: dict, run_dir: Path) -> dict:
         "source": dataset_label(data["source"]),
         "targets": ",".join(target_name(t) for t in data["targets"]),
         "model": m.get("model"),
+        # hidden states captured (drift, projection): False for a scores-only run (a sweep's
+        # verdict-only seed); teachers never capture
+        "captured": key["kind"] != "teacher" and (key.get("capture") or {}).get("enabled", True),
     }
     acc = m["accuracy"]
     for name, block in acc.items():

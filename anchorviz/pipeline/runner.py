@@ -101,14 +101,17 @@ def build_graph(configs: Iterable) -> list[Node]:
     for cfg in configs:
         d = cfg.to_dict()
         t = run_id_for(teacher_key(cfg))
-        r = f"reference-{config_hash(reference_key(cfg))}"
         nodes.setdefault(t, Node(t, "teacher", d))
-        nodes.setdefault(r, Node(r, "reference", d))
+        deps: tuple[str, ...] = (t,)
+        if cfg.capture.enabled:  # a scores-only run needs no reference capture
+            r = f"reference-{config_hash(reference_key(cfg))}"
+            nodes.setdefault(r, Node(r, "reference", d))
+            deps = (t, r)
         if cfg.ceiling:
             c = run_id_for(student_key(cfg, "ceiling"))
-            nodes.setdefault(c, Node(c, "ceiling", d, (t, r)))
+            nodes.setdefault(c, Node(c, "ceiling", d, deps))
         s = run_id_for(student_key(cfg, "student"))
-        nodes.setdefault(s, Node(s, "student", d, (t, r)))
+        nodes.setdefault(s, Node(s, "student", d, deps))
     return sorted(nodes.values(), key=lambda n: KINDS.index(n.kind))
 
 

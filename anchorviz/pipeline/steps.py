@@ -85,7 +85,8 @@ def seeded_train(train: TrainConfig, cfg: RunConfig) -> TrainConfig:
 
 def load_backbone(cfg: RunConfig, which: str):
     """``(model, tokenizer)`` of the config's teacher (``which="teacher"``) or student: its
-    pooling, dtype, dropout and (student only) LoRA settings, torch seeded with ``cfg.seed``."""
+    pooling, dtype, attention kernel, dropout and (student only) LoRA settings, torch seeded
+    with ``cfg.seed``."""
     from anchorviz.models.reward_model import load_reward_model
 
     m = cfg.models
@@ -94,7 +95,8 @@ def load_backbone(cfg: RunConfig, which: str):
     lora = m.student_lora if which != "teacher" else None
     torch.manual_seed(cfg.seed)
     return load_reward_model(name, pooling=m.pooling, dtype=_dtype(cfg),
-                             trust_remote_code=m.trust_remote_code, dropout=dropout, lora=lora)
+                             trust_remote_code=m.trust_remote_code, dropout=dropout, lora=lora,
+                             attention=m.attention)
 
 
 def encode_run_pairs(tok, df: pd.DataFrame, cfg: RunConfig):
@@ -596,16 +598,20 @@ def run_student(store, cfg: RunConfig, data, kind: str = "student",
             vc, vr = score_pairs(model, val, batch_size=cfg.capture.batch_size,
                                  device=cfg.student_train.device)
         info["acc_val"] = float(pairwise_accuracy(vc, vr))
-        scores, caps = evaluate_model(model, tok, data, cfg, capture=True)
+        # scored the same way with or without the capture (the capture's rewards are the
+        # scoring pass's): a run without it has no drift, projection or hidden states
+        scores, caps = evaluate_model(model, tok, data, cfg, capture=cfg.capture.enabled)
         scores.to_parquet(tmp / "scores.parquet")
         release_memory()
-        ref_caps = ensure_reference_capture(store, cfg, data)
-        drift_blocks(caps, ref_caps, data).to_parquet(tmp / "drift.parquet")
-        if cfg.capture.projection != "none":
-            _projection_table(store, cfg, data, ref_caps, caps).to_parquet(tmp / "projection.parquet")
-        if cfg.capture.save_hidden:
-            for s, c in caps.items():
-                save_captured(tmp / "hidden" / "student" / f"{_fname(s)}.safetensors", c)
+        if cfg.capture.enabled:
+            ref_caps = ensure_reference_capture(store, cfg, data)
+            drift_blocks(caps, ref_caps, data).to_parquet(tmp / "drift.parquet")
+            if cfg.capture.projection != "none":
+                _projection_table(store, cfg, data, ref_caps, caps).to_parquet(
+                    tmp / "projection.parquet")
+            if cfg.capture.save_hidden:
+                for s, c in caps.items():
+                    save_captured(tmp / "hidden" / "student" / f"{_fname(s)}.safetensors", c)
         _save_weights(model, tmp, full=cfg.models.student_lora is not None)
         teacher_scores = pd.read_parquet(teacher.run_dir / "scores.parquet")
         info.update({

@@ -357,7 +357,8 @@ def load_run_model(run_dir, *, device: str = "cpu", trust_remote_code: bool = Fa
         key["model"], pooling=key.get("pooling", "auto"),
         dtype=torch.bfloat16 if key.get("dtype") == "bfloat16" else None,
         trust_remote_code=trust_remote_code, dropout=bool(key.get("dropout", True)),
-        lora=key.get("lora") if kind != "teacher" else None)
+        lora=key.get("lora") if kind != "teacher" else None,
+        attention=key.get("attention", "auto"))
     load_checkpoint(model, ckpt)
     model.eval()
     return model.to(device), tok

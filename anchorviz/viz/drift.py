@@ -182,6 +182,8 @@ def drift_by_layer_figure(
             if bad:
                 raise ValueError(f"method(s) {bad} not in the sweep; choose from {have}")
             rows = rows[rows["method"].isin(list(methods))]
+        if "captured" in rows:  # scores-only runs (verdict-only seeds) have no drift
+            rows = rows[rows["captured"].fillna(True).astype(bool)]
         if rows.empty:
             raise ValueError("no student or ceiling runs to draw drift for")
         tables = _drift_tables_for(rows["run_id"].tolist(), sweep_dir, drift_tables, strict=False)
@@ -403,7 +405,10 @@ def drift_vs_ood_figure(
     keep = ["run_id", "seed", *GROUP_KEYS]
     panels: dict[str, pd.DataFrame] = {}
     if by_target:
-        tables = _drift_tables_for(rows["run_id"].tolist(), sweep_dir, drift_tables, strict=False)
+        captured = (rows["captured"].fillna(True).astype(bool) if "captured" in rows
+                    else pd.Series(True, index=rows.index))
+        tables = _drift_tables_for(rows.loc[captured, "run_id"].tolist(), sweep_dir,
+                                   drift_tables, strict=False)
         for t in targets:
             split = f"target_test:{t}"
             x = {}

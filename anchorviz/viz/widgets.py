@@ -292,7 +292,10 @@ class SweepExplorer:
             raise ValueError(f"sweep {self.sweep_dir} has no student or ceiling runs to explore")
         self._drift: dict[str, pd.DataFrame] = {}
         self._projection: dict[str, pd.DataFrame | None] = {}
-        for rid in students["run_id"]:
+        captured = (students["captured"].fillna(True).astype(bool) if "captured" in students
+                    else pd.Series(True, index=students.index))
+        self._scores_only = set(students.loc[~captured, "run_id"])
+        for rid in students.loc[captured, "run_id"]:
             rdir = self.sweep_dir / "runs" / rid
             try:
                 self._drift[rid] = load_run_table(rdir, "drift")
@@ -562,7 +565,9 @@ class SweepExplorer:
             # short lines: the panel may be a third of the row wide
             fig.layout.title.text = (f"Drift per layer vs naive W2S<br><sup>{label}, seed "
                                      f"{self.seed_w.value}{self._condition_caption()}<br>"
-                                     f"solid = source, dashed = target {target}</sup>")
+                                     + ("scored only (a verdict-only seed): no drift"
+                                        if run_id in self._scores_only else
+                                        f"solid = source, dashed = target {target}") + "</sup>")
 
     def _source_domain(self, run_id: str) -> str:
         table = self._drift.get(run_id)
@@ -599,7 +604,10 @@ class SweepExplorer:
             with fig.batch_update():
                 for tr in fig.data:
                     tr.x, tr.y = [], []
-                fig.layout.title.text = f"{label}: this run has no projection.parquet"
+                fig.layout.title.text = (
+                    f"{label}: scored only (a verdict-only seed): no hidden states, no map"
+                    if run_id in self._scores_only else
+                    f"{label}: this run has no projection.parquet")
             return
         layers = sorted(int(v) for v in proj["layer"].unique())
         want = view_layer if view_layer is not None else self.view_layer_w.value
