@@ -72,10 +72,13 @@ def test_default_config_run_ids_are_pinned():
 
 def test_the_demo_reads_its_settings_file_and_keeps_its_run_ids():
     """`anchorviz demo` builds its sweep from anchorviz/configs/demo.yaml; the ids of its runs are
-    those of the stores behind docs/RESULTS.md: in bfloat16 (the default since issue 28's
-    speed-up) the bf16 check's store, in float32 (``bf16=False``, ``--fp32``) the pilot store of
-    the pre-registered check (seeds 0-4 at 1,500 / 1,000 evaluation pairs): a teacher and a
-    naive student per seed, ANCHOR and the ceiling on seed 0 only."""
+    those of the stores behind docs/RESULTS.md: in bfloat16 with eager attention (the default
+    since issue 28's speed-up) the eager check's store, in float32 (``bf16=False``, ``--fp32``)
+    the pilot store of the pre-registered check (seeds 0-4 at 1,500 / 1,000 evaluation pairs):
+    a teacher and a naive student per seed, ANCHOR and the ceiling on seed 0 only. Since the
+    verdict-only seeds are scored without a capture their naive students have other ids than
+    the captured ones of the pilot store (the same scores: tests/test_scores_only.py); with
+    every seed captured (``detail_seeds`` None) the pilot's ids come back."""
     from anchorviz.config import ConfigError, RunConfig
     from anchorviz.pipeline.demo import demo_file, demo_sweep
     from anchorviz.pipeline.keys import student_key
@@ -85,19 +88,26 @@ def test_the_demo_reads_its_settings_file_and_keeps_its_run_ids():
     assert sw == load_sweep(demo_file())  # the file is the demo, and a plain sweep file
     configs = expand_sweep(sw)
     ids = {run_id_for(student_key(c, "student")) for c in configs}
-    assert ids == {"naive-10e5ef2a4542", "naive-29eed7a5ba9d", "naive-7199336b5823",
-                   "naive-c32e6a04c454", "naive-d809bd09aea0",
-                   "anchor-49af512107b7", "anchor-5ad6187fe7ae"}
+    assert ids == {"naive-301d93ce97cf", "naive-2d24fb43ba70", "naive-8633de17a5ed",
+                   "naive-4ecc386b2ecb", "naive-a646859f5ee8",
+                   "anchor-07dfe11fc516", "anchor-beaa19c393b7"}
+    assert [c.capture.enabled for c in configs if c.seed != 0] == [False] * 4
+    assert sw.base.models.attention == "eager"
     assert sorted({c.seed for c in configs if c.method.name == "anchor"}) == [0]
     assert [c.seed for c in configs if c.ceiling] == [0, 0, 0]  # seed 0's naive and 2 ANCHOR
-    assert run_id_for(teacher_key(sw.base)) == "teacher-edf62bcbddc5"
-    assert run_id_for(student_key(sw.base, "ceiling")) == "ceiling-6f8ab622bad6"
+    assert run_id_for(teacher_key(sw.base)) == "teacher-e126c1d231d8"
+    assert run_id_for(student_key(sw.base, "ceiling")) == "ceiling-11df1baebd98"
     assert sw.base.teacher_train.bf16 and sw.base.student_train.bf16
     fp32 = demo_sweep(bf16=False)
     ids = {run_id_for(student_key(c, "student")) for c in expand_sweep(fp32)}
-    assert ids == {"naive-4679e3391f49", "naive-a7ade078a4fe", "naive-1b456d9173dc",
-                   "naive-d65ebbbc86b2", "naive-fb808d6faffd",
+    assert ids == {"naive-4679e3391f49", "naive-ff0a436a5f08", "naive-1f9946ce2c74",
+                   "naive-94342f1b3282", "naive-6ffbafc55fa8",
                    "anchor-6252ebfd89cb", "anchor-8fc45275a47a"}
+    fp32.detail_seeds = None  # every seed captured: the pilot store's ids
+    assert {run_id_for(student_key(c, "student")) for c in expand_sweep(fp32)
+            if c.method.name == "naive"} == {"naive-4679e3391f49", "naive-a7ade078a4fe",
+                                             "naive-1b456d9173dc", "naive-d65ebbbc86b2",
+                                             "naive-fb808d6faffd"}
     assert run_id_for(teacher_key(fp32.base)) == "teacher-ca37399666db"
     assert run_id_for(student_key(fp32.base, "ceiling")) == "ceiling-a9aebc42f0bf"
     # --seeds 0: the one-seed first look runs the whole grid on that seed
