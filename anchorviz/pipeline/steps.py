@@ -598,21 +598,29 @@ def run_student(store, cfg: RunConfig, data, kind: str = "student",
             vc, vr = score_pairs(model, val, batch_size=cfg.capture.batch_size,
                                  device=cfg.student_train.device)
         info["acc_val"] = float(pairwise_accuracy(vc, vr))
+        release_memory()
         # scored the same way with or without the capture (the capture's rewards are the
         # scoring pass's): a run without it has no drift, projection or hidden states
         scores, caps = evaluate_model(model, tok, data, cfg, capture=cfg.capture.enabled)
         scores.to_parquet(tmp / "scores.parquet")
+        # the model is not needed by the analysis below: saved and dropped first, and the heap
+        # handed back between the analysis steps, so that drift (CKA's Gram matrices) and the
+        # projection (its distance matrices) do not stack on the training's leftovers (a
+        # captured demo node peaked at 1.59 GB without these releases; docs/BENCHMARKS.md)
+        _save_weights(model, tmp, full=cfg.models.student_lora is not None)
+        del model
         release_memory()
         if cfg.capture.enabled:
             ref_caps = ensure_reference_capture(store, cfg, data)
             drift_blocks(caps, ref_caps, data).to_parquet(tmp / "drift.parquet")
+            release_memory()
             if cfg.capture.projection != "none":
                 _projection_table(store, cfg, data, ref_caps, caps).to_parquet(
                     tmp / "projection.parquet")
+                release_memory()
             if cfg.capture.save_hidden:
                 for s, c in caps.items():
                     save_captured(tmp / "hidden" / "student" / f"{_fname(s)}.safetensors", c)
-        _save_weights(model, tmp, full=cfg.models.student_lora is not None)
         teacher_scores = pd.read_parquet(teacher.run_dir / "scores.parquet")
         info.update({
             "method": method,
