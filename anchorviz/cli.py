@@ -17,6 +17,7 @@ from anchorviz.pipeline.demo import (
     SCENARIOS,
     demo_note,
     demo_sweep,
+    power_note,
     verdict_sentence,
 )
 
@@ -84,7 +85,10 @@ def cmd_demo(args) -> int:
     df = df[df["run_id"].isin(own)].reset_index(drop=True)
     print("\nResults (accuracies and transfer scores in points; OOD = mean over the 3 targets):")
     print(results_text(df))
-    print("\n" + verdict_sentence(df) + "\n")  # the verdict first, then its parts
+    print("\n" + verdict_sentence(df))  # the verdict first, then its parts
+    note = power_note(int(df.loc[df["method"] == "naive", "seed"].nunique()), args.scenario,
+                      args.strength, args.visibility)
+    print(("\n" + note + "\n") if note else "")
     print(_verdict(df))
     report = _write_report(args.out, run_ids=own)
     print(f"\nHTML report: {report}")
@@ -478,7 +482,7 @@ def build_parser() -> argparse.ArgumentParser:
     d = sub.add_parser("demo", help="the main job on the embedded default (offline, CPU)",
                        description="The failure-mode verdict needs several seeds (an interval "
                                    "over seeds;\none seed gives numbers but no verdict). Each "
-                                   "seed costs about 2-3 CPU-minutes\n(a teacher and a naive "
+                                   "seed costs about 2 CPU-minutes\n(a teacher and a naive "
                                    "student in bf16; docs/BENCHMARKS.md).",
                        formatter_class=argparse.RawDescriptionHelpFormatter,
                        epilog="examples:\n  anchorviz demo\n  anchorviz demo --quick\n"
@@ -492,7 +496,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "carries the marker (default 0.8)")
     d.add_argument("--seeds", type=int, nargs="+", default=None,
                    help="split-varying seeds (default 0 1 2 3 4: a teacher and a naive student "
-                        "each, about 2-3 CPU-minutes per seed in bf16, for the failure-mode verdict; "
+                        "each, about 2 CPU-minutes per seed in bf16, for the failure-mode verdict; "
                         "ANCHOR and the ceiling on the first seed only). --seeds 0: the one-seed "
                         "first look, no verdict")
     d.add_argument("--quick", action="store_true", help="smoke-sized splits (CI, first look)")
