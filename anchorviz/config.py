@@ -175,7 +175,7 @@ class ModelsConfig:
     # the attention kernel: "auto" = the transformers default (PyTorch's fused SDPA where the
     # model has it), "eager" = plain matmul + softmax, "sdpa" = SDPA required. On a CPU under
     # bfloat16 autocast SDPA's backward is slow for short sequences: a MiniLM-L6 training step
-    # of 16 pairs x 48 tokens takes 0.73x the time with "eager" (bench/bench_flops.py)
+    # of 16 pairs x 48 tokens takes 0.71x the time with "eager" (bench/bench_flops.py)
     attention: str = "auto"
 
 

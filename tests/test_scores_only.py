@@ -81,6 +81,12 @@ def test_a_scores_only_run_scores_exactly_as_a_captured_one(tmp_path):
     assert "scored only" in ex.figures["drift"].layout.title.text
     ex.update(method="naive", seed=0)
     assert "scored only" not in ex.figures["umap"].layout.title.text
+    from anchorviz.viz.drift import drift_by_layer_figure
+
+    fig = drift_by_layer_figure(tmp_path / "part", methods=["naive"])  # seed 0's run only
+    assert fig.data and all("mean of" not in (t.name or "") for t in fig.data)
+    with pytest.raises(ValueError, match="scored only"):
+        drift_by_layer_figure(tmp_path / "part", seed=1, methods=["naive"])
 
 
 def test_attention_is_checked_and_joins_keys_only_when_set(tmp_path):

@@ -183,7 +183,12 @@ def drift_by_layer_figure(
                 raise ValueError(f"method(s) {bad} not in the sweep; choose from {have}")
             rows = rows[rows["method"].isin(list(methods))]
         if "captured" in rows:  # scores-only runs (verdict-only seeds) have no drift
-            rows = rows[rows["captured"].fillna(True).astype(bool)]
+            kept = rows[rows["captured"].fillna(True).astype(bool)]
+            if kept.empty and not rows.empty:
+                raise ValueError("every selected run was scored only (capture.enabled false, "
+                                 "e.g. a verdict-only seed outside grid.detail_seeds): no drift "
+                                 "to draw; choose a detail seed")
+            rows = kept
         if rows.empty:
             raise ValueError("no student or ceiling runs to draw drift for")
         tables = _drift_tables_for(rows["run_id"].tolist(), sweep_dir, drift_tables, strict=False)
