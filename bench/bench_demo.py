@@ -46,13 +46,16 @@ def demo_command(out: Path, quick: bool, extra: list[str] | None = None) -> list
 
 
 class _Sampler(threading.Thread):
-    """Samples the RSS sum of a process tree and the load average until stopped."""
+    """Samples the RSS sum of a process tree, each process's own RSS (the largest sample per
+    process, with its role: the driver, a worker process, or another) and the load average
+    until stopped."""
 
     def __init__(self, pid: int, every: float = 0.5) -> None:
         super().__init__(daemon=True)
         self.pid, self.every = pid, every
         self.peak_tree_mb = float("nan")
         self.max_procs = 0
+        self.per_proc: dict[int, tuple[float, str]] = {}  # pid -> (largest sampled MB, role)
         self.loads: list[float] = []
         self._stop_evt = threading.Event()
 
@@ -71,7 +74,9 @@ class _Sampler(threading.Thread):
                     total = 0
                     for p in procs:
                         try:
-                            total += p.memory_info().rss
+                            rss = p.memory_info().rss
+                            total += rss
+                            self._note(p, rss / 1024**2)
                         except psutil.Error:
                             pass
                     peak = max(peak, total / 1024**2)
@@ -84,6 +89,18 @@ class _Sampler(threading.Thread):
                 self.loads.append(common.loadavg()[0])
                 last_load = now
             self._stop_evt.wait(self.every)
+
+    def _note(self, p, mb: float) -> None:
+        if p.pid not in self.per_proc:
+            try:
+                line = " ".join(p.cmdline())
+            except Exception:  # noqa: BLE001 - a process gone or unreadable: no role
+                line = ""
+            role = ("driver" if p.pid == self.pid else "worker"
+                    if "multiprocessing" in line else (p.name() or "other"))
+            self.per_proc[p.pid] = (mb, role)
+        elif mb > self.per_proc[p.pid][0]:
+            self.per_proc[p.pid] = (mb, self.per_proc[p.pid][1])
 
     def stop(self) -> None:
         self._stop_evt.set()
@@ -120,7 +137,8 @@ def run_demo(out: Path, quick: bool, timeout: float, extra: list[str] | None = N
     cpu_s = (ru1.ru_utime - ru0.ru_utime) + (ru1.ru_stime - ru0.ru_stime)
     return {"cmd": cmd, "rc": rc, "wall_s": wall, "cpu_s": cpu_s, "peak_child_mb": peak_child,
             "peak_child_is_new": peak_child > before, "peak_tree_mb": sampler.peak_tree_mb,
-            "max_procs": sampler.max_procs, "loads": sampler.loads}
+            "max_procs": sampler.max_procs, "loads": sampler.loads,
+            "per_process": sorted(sampler.per_proc.values(), reverse=True)}
 
 
 def markdown(res: dict, args, command: str, facts: dict, elapsed: float, tail: str) -> str:
@@ -151,6 +169,9 @@ def markdown(res: dict, args, command: str, facts: dict, elapsed: float, tail: s
         "take on this machine unshared (a lower bound where the work does not use both cores "
         "all the time).",
         f"- Target: < 4 GB peak memory: {common.met(ok and mem < TARGET_MB)} ({mem:,.0f} MB).",
+        ("- Largest sampled RSS per process (0.5 s samples, so a short peak can be missed): "
+         + ", ".join(f"{role} {mb:,.0f} MB" for mb, role in res["per_process"][:4]) + ".")
+        if res.get("per_process") else "",
         ("- The demo's final output:\n\n```\n" + tail.strip() + "\n```") if tail.strip() else "",
     ])
     return common.section("bench_demo", intro, table, notes, command, facts, elapsed)

@@ -160,6 +160,13 @@ def test_bench_demo_runner(tmp_path):
     args = bench_demo.build_parser().parse_args(["--quick"])
     md = bench_demo.markdown(res, args, "cmd", _facts(), 1.0, "Results (x):\ndone")
     assert "Target" in md
+    # the sampler (psutil, which ipykernel brings) names each process's own peak: here the one
+    # child (the driver) holding 50 MB
+    import importlib.util
+
+    if importlib.util.find_spec("psutil"):
+        assert res["per_process"] and res["per_process"][0][1] == "driver"
+        assert res["per_process"][0][0] >= 50 and "driver" in md
 
 
 
