@@ -36,18 +36,21 @@ def paired(a: pd.DataFrame, b: pd.DataFrame) -> tuple[pd.DataFrame, int, int]:
             int((m["_merge"] == "left_only").sum()), int((m["_merge"] == "right_only").sum()))
 
 
-def per_seed_gaps(df: pd.DataFrame) -> pd.DataFrame:
-    """The naive students' WRG, AOG and WRG - AOG per seed, in points."""
-    naive = df[(df["kind"] == "student") & (df["method"] == "naive")].sort_values("seed")
-    return pd.DataFrame({"seed": naive["seed"].to_numpy(), "wrg": 100 * naive["wrg"].to_numpy(),
-                         "aog": 100 * naive["aog"].to_numpy(),
-                         "gap": 100 * (naive["wrg"] - naive["aog"]).to_numpy()})
+def per_seed_gaps(fm: dict) -> pd.DataFrame:
+    """The naive students' WRG, AOG (pooled over targets) and WRG - AOG per seed, in points,
+    as the verdict (`failure_mode`) read them."""
+    p = fm["pooled"]
+    return pd.DataFrame({"seed": p["seeds"], "wrg": 100 * (np.array(p["per_seed_gap"])
+                                                            + np.array(p["per_seed_aog"])),
+                         "aog": 100 * np.array(p["per_seed_aog"]),
+                         "gap": 100 * np.array(p["per_seed_gap"])})
 
 
 def compare(a: pd.DataFrame, b: pd.DataFrame, names: tuple[str, str]) -> str:
     na, nb = names
     both, only_a, only_b = paired(a, b)
-    ga, gb = per_seed_gaps(a), per_seed_gaps(b)
+    fa, fb = failure_mode(a), failure_mode(b)
+    ga, gb = per_seed_gaps(fa), per_seed_gaps(fb)
     g = ga.merge(gb, on="seed", suffixes=("_a", "_b"))
     out = [f"# {nb} against {na}, run by run", "",
            f"{len(both)} runs paired; {only_a} only in {na}, {only_b} only in {nb}.", "",
@@ -77,13 +80,11 @@ def compare(a: pd.DataFrame, b: pd.DataFrame, names: tuple[str, str]) -> str:
             out.append(f"- largest |difference| of the last layer's centred cosine drift on the "
                        f"targets: {d.max():.4f} ({len(d)} runs with drift in both)")
     out += ["", "## Verdicts", ""]
-    for name, df in ((na, a), (nb, b)):
-        fm = failure_mode(df)
+    for name, df, fm in ((na, a, fa), (nb, b, fb)):
         out.append(f"- **{name}**: failure mode {'YES' if fm['failure_mode'] else 'no'}, strict "
                    f"{'YES' if fm['strict'] else 'no'}. {verdict_sentence(df)}")
-        best = best_on_source_val(df[df["method"] == "anchor"]) if (df["method"] == "anchor").any() \
-            else None
-        if best is not None and len(best):
+        best = best_on_source_val(df)  # empty without ANCHOR runs
+        if len(best):
             lam = sorted({float(x) for x in best["anchor_lambda"]})
             out.append(f"  ANCHOR chosen on source validation: lambda {', '.join(f'{x:g}' for x in lam)}")
     return "\n".join(out) + "\n"

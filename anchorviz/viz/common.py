@@ -42,6 +42,7 @@ logger = logging.getLogger("anchorviz.viz")
 PathLike = str | OsPathLike
 
 __all__ = [
+    "captured_mask",
     "METHOD_COLORS",
     "METHOD_NAMES",
     "METHOD_ORDER",
@@ -336,6 +337,15 @@ def group_mask(rows: pd.DataFrame, method: str, anchor_lambda: float,
 
 
 # --------------------------------------------------------------------------- selections
+
+
+def captured_mask(rows: pd.DataFrame) -> pd.Series:
+    """True for the rows of runs that kept hidden states (drift, maps): False for a scores-only
+    run (``capture.enabled`` false, a sweep's verdict-only seed); tables made before the
+    ``captured`` column existed count every run as captured."""
+    if "captured" not in rows:
+        return pd.Series(True, index=rows.index)
+    return rows["captured"].fillna(True).astype(bool)
 
 
 def unique_values(col: pd.Series) -> list[Any]:

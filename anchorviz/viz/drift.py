@@ -33,6 +33,7 @@ from anchorviz.viz.common import (
     TEMPLATE,
     TRANSFER_NAMES,
     PathLike,
+    captured_mask,
     figure_title,
     group_mask,
     group_table,
@@ -182,13 +183,12 @@ def drift_by_layer_figure(
             if bad:
                 raise ValueError(f"method(s) {bad} not in the sweep; choose from {have}")
             rows = rows[rows["method"].isin(list(methods))]
-        if "captured" in rows:  # scores-only runs (verdict-only seeds) have no drift
-            kept = rows[rows["captured"].fillna(True).astype(bool)]
-            if kept.empty and not rows.empty:
-                raise ValueError("every selected run was scored only (capture.enabled false, "
-                                 "e.g. a verdict-only seed outside grid.detail_seeds): no drift "
-                                 "to draw; choose a detail seed")
-            rows = kept
+        kept = rows[captured_mask(rows)]  # scores-only runs (verdict-only seeds): no drift
+        if kept.empty and not rows.empty:
+            raise ValueError("every selected run was scored only (capture.enabled false, e.g. "
+                             "a verdict-only seed outside grid.detail_seeds): no drift to draw; "
+                             "choose a detail seed")
+        rows = kept
         if rows.empty:
             raise ValueError("no student or ceiling runs to draw drift for")
         tables = _drift_tables_for(rows["run_id"].tolist(), sweep_dir, drift_tables, strict=False)
@@ -410,9 +410,7 @@ def drift_vs_ood_figure(
     keep = ["run_id", "seed", *GROUP_KEYS]
     panels: dict[str, pd.DataFrame] = {}
     if by_target:
-        captured = (rows["captured"].fillna(True).astype(bool) if "captured" in rows
-                    else pd.Series(True, index=rows.index))
-        tables = _drift_tables_for(rows.loc[captured, "run_id"].tolist(), sweep_dir,
+        tables = _drift_tables_for(rows.loc[captured_mask(rows), "run_id"].tolist(), sweep_dir,
                                    drift_tables, strict=False)
         for t in targets:
             split = f"target_test:{t}"

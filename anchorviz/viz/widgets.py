@@ -55,6 +55,7 @@ from anchorviz.viz.common import (
     TOP_LEGEND,
     PathLike,
     bar_arrays,
+    captured_mask,
     interval_caption,
     layers_label,
     layers_rank,
@@ -292,8 +293,7 @@ class SweepExplorer:
             raise ValueError(f"sweep {self.sweep_dir} has no student or ceiling runs to explore")
         self._drift: dict[str, pd.DataFrame] = {}
         self._projection: dict[str, pd.DataFrame | None] = {}
-        captured = (students["captured"].fillna(True).astype(bool) if "captured" in students
-                    else pd.Series(True, index=students.index))
+        captured = captured_mask(students)
         self._scores_only = set(students.loc[~captured, "run_id"])
         for rid in students.loc[captured, "run_id"]:
             rdir = self.sweep_dir / "runs" / rid
