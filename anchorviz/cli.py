@@ -70,6 +70,7 @@ def cmd_demo(args) -> int:
     for cfg in expand_sweep(sw):
         cfg.validate()
     d = sw.base.data
+    args.strength = d.artifact_strength  # the settings file's unless --strength gave one
     print(demo_note(args.strength, d.artifact_target_mode, d.artifact_teacher_visibility,
                     d.artifact_kind, d.artifact_teacher_form))
     print(f"Teacher {sw.base.models.teacher} (weak), student {sw.base.models.student} (strong); "
@@ -491,9 +492,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="sweep folder (default runs/demo, runs/demo-echo for --scenario echo, "
                         "and -quick after either with --quick, so a smoke run never mixes with "
                         "the real one)")
-    d.add_argument("--strength", type=float, default=0.8,
+    d.add_argument("--strength", type=float, default=None,
                    help="artefact strength in [0, 1]: fraction of source pairs whose chosen text "
-                        "carries the marker (default 0.8)")
+                        "carries the marker (default: the demo settings file's, 0.9)")
     d.add_argument("--seeds", type=int, nargs="+", default=None,
                    help="split-varying seeds (default 0 1 2 3 4: a teacher and a naive student "
                         "each, about 2 CPU-minutes per seed in bf16, for the failure-mode verdict; "

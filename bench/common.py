@@ -33,7 +33,7 @@ CKA_DOC = REPO / "docs" / "bench_cka.md"
 
 #: section order in docs/BENCHMARKS.md
 SECTIONS = ("bench_step", "bench_trl", "bench_capture", "bench_widgets", "bench_demo",
-            "bench_jobs", "bench_rehash", "bench_cka")
+            "bench_heap", "bench_jobs", "bench_rehash", "bench_cka")
 
 _TITLES = {
     "bench_step": "Training step: naive vs ANCHOR reference strategies",
@@ -41,6 +41,7 @@ _TITLES = {
     "bench_capture": "Hidden-state capture vs a bare forward pass",
     "bench_widgets": "Sweep explorer response time",
     "bench_demo": "`anchorviz demo` end to end",
+    "bench_heap": "A demo worker's resident memory under allocator settings",
     "bench_jobs": "`anchorviz demo --jobs 1` vs `--jobs 2`",
     "bench_rehash": "Reading a finished sweep: full re-hash vs size + mtime check",
     "bench_flops": "Training step GFLOP/s against a plain matmul, float32 and bf16 autocast",

@@ -101,7 +101,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING)
     from anchorviz.pipeline.demo import demo_sweep
 
-    base = demo_sweep(bf16=False).base  # float32: the arithmetic of its recorded tables
+    # float32 at strength 0.8: the arithmetic and the scenario of its recorded tables
+    base = demo_sweep(strength=0.8, bf16=False).base
     base.data.artifact_kind, base.data.artifact_strength = "none", 0.0
     base.data.artifact_teacher_visibility = 1.0
     data = prepare_data(data_config(base))

@@ -37,7 +37,8 @@ def echo_config(seed: int):
     from anchorviz.config import with_overrides
     from anchorviz.pipeline.demo import demo_sweep
 
-    base = demo_sweep(bf16=False).base  # float32: the arithmetic of its recorded tables
+    # float32 at strength 0.8: the arithmetic and the scenario of its recorded tables
+    base = demo_sweep(strength=0.8, bf16=False).base
     return with_overrides(base, **{"data.artifact_kind": "echo",
                                    "data.artifact_teacher_visibility": 0.5,
                                    "student_train.lr": 1e-4, "student_train.epochs": 4,

@@ -47,8 +47,9 @@ if os.environ.get("ANCHORVIZ_NOTEBOOK_RENDERER"):  # scripts/execute_notebooks.p
 _DEMO_DEFAULTS = build_parser().parse_args(["demo"])
 
 #: the artefact strength of the teaching story (fraction of source pairs carrying the marker):
-#: the default of ``anchorviz demo --strength``
-STRENGTH = float(_DEMO_DEFAULTS.strength)
+#: what ``anchorviz demo`` runs without ``--strength`` (its settings file's)
+STRENGTH = float(demo_sweep().base.data.artifact_strength if _DEMO_DEFAULTS.strength is None
+                 else _DEMO_DEFAULTS.strength)
 #: the seeds of ``anchorviz demo`` without ``--seeds`` (None: its settings file's, five; one in
 #: smoke mode, as ``--quick``)
 DEMO_SEEDS = None if _DEMO_DEFAULTS.seeds is None else [int(s) for s in _DEMO_DEFAULTS.seeds]

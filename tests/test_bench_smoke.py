@@ -23,6 +23,7 @@ sys.path.insert(0, str(BENCH))
 import bench_capture  # noqa: E402
 import bench_demo  # noqa: E402
 import bench_flops  # noqa: E402
+import bench_heap  # noqa: E402
 import bench_jobs  # noqa: E402
 import bench_rehash  # noqa: E402
 import bench_step  # noqa: E402
@@ -202,3 +203,33 @@ def test_bench_jobs_results_check_and_report():
         (1, 2, True), (2, 1, True), (2, 2, False)]
     md = bench_jobs.markdown({"rounds": rounds, "checks": checks}, args, "cmd", _facts(), 1.0)
     assert "QUICK" in md and "0.575x" in md and "DIFFERENT" in md and "`acc_id`" in md
+
+
+def test_bench_heap_variants_nodes_and_table():
+    assert bench_heap.variant_settings("default", 1 << 20) == {"onednn_cache": None,
+                                                               "mmap_threshold": None}
+    assert bench_heap.variant_settings("onednn+mmap", 4096) == {"onednn_cache": 8,
+                                                                "mmap_threshold": 4096}
+    with pytest.raises(ValueError, match="variant must be one of"):
+        bench_heap.variant_settings("jemalloc", 1)
+    # the chain is the demo's own verdict-seed work: a teacher and a scores-only naive student
+    teachers, students = bench_heap.demo_nodes([1, 2], quick=True)
+    assert len(teachers) == 2 and len(students) == 2
+    assert all(n.config["method"]["name"] == "naive" for n in students)
+    assert all(n.config["capture"]["enabled"] is False for n in students)
+
+    def fake(cpu, peaks, scores):
+        return {"cpu_s": cpu, "took": {}, "nodes": [
+            {"seed": s, "seconds": 1.0, "peak_mb": p, "after_mb": p / 2, "scores": h}
+            for s, p, h in zip((1, 2), peaks, scores)]}
+
+    res = {"variants": {"default": fake(100, (1300, 1500), ("a", "b")),
+                        "onednn": fake(99, (1200, 1300), ("a", "b")),
+                        "mmap": fake(101, (1150, 1250), ("a", "b")),
+                        "onednn+mmap": fake(103, (1100, 1150), ("a", "c"))},
+           "seeds": [1, 2], "jobs": 2, "mmap_threshold": 1 << 20, "quick": False}
+    args = bench_heap.build_parser().parse_args(["--no-write"])
+    md = bench_heap.markdown(res, args, "cmd", _facts(), 1.0)
+    assert "1,150 MB (0.77x)" in md and "1.03x" in md
+    # a variant whose scores differ from the default's says so
+    assert md.count("**NO**") == 1

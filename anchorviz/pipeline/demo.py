@@ -24,8 +24,10 @@ __all__ = [
     "demo_settings",
     "demo_sweep",
     "power_note",
+    "verdict_power",
     "verdict_sentence",
-    "FRESH_SEED_POWER",
+    "FRESH_SEED_GAP",
+    "POWER_GOAL",
 ]
 
 DEMO_NOTE = (
@@ -108,13 +110,15 @@ def demo_settings(quick: bool = False, scenario: str | None = None) -> dict:
     return settings
 
 
-def demo_sweep(strength: float = 0.8, seeds: tuple[int, ...] | None = None, quick: bool = False,
+def demo_sweep(strength: float | None = None, seeds: tuple[int, ...] | None = None,
+               quick: bool = False,
                scenario: str = DEFAULT_SCENARIO, visibility: float | None = None,
                bf16: bool | None = None):
     """The demo (`demo_settings`): per seed a teacher and a naive student (the failure-mode
     verdict), and on the first seed also the gold ceiling and ANCHOR at a small lambda grid, in
     one of the `SCENARIOS` (``visibility`` overrides the scenario's teacher visibility of the
-    marker; ``strength`` the fraction of marked source pairs). ``seeds`` None: the file's
+    marker; ``strength`` the fraction of marked source pairs, None: the file's, 0.9). ``seeds``
+    None: the file's
     (five; one with ``quick``); given, the first of them is the one with the whole grid.
     ``bf16`` None: the file's arithmetic (bfloat16 autocast and eager attention for the default
     demo, float32 and the library's attention kernel for ``quick`` and the echo scenario); True
@@ -128,7 +132,8 @@ def demo_sweep(strength: float = 0.8, seeds: tuple[int, ...] | None = None, quic
         raise ConfigError(f"--scenario must be one of {sorted(SCENARIOS)}, got {scenario!r}")
     settings = demo_settings(quick, scenario)
     data = settings["base"]["data"]
-    data["artifact_strength"] = float(strength)
+    if strength is not None:
+        data["artifact_strength"] = float(strength)
     data["artifact_teacher_visibility"] = (SCENARIOS[scenario] if visibility is None
                                            else float(visibility))
     if bf16 is not None:
@@ -144,34 +149,55 @@ def demo_sweep(strength: float = 0.8, seeds: tuple[int, ...] | None = None, quic
 
 
 #: How far a few seeds can be trusted in the default scenario, measured on seeds nobody tuned on
-#: (docs/RESULTS.md, issue 28): the estimated power of the five-seed verdict (one-sided paired
-#: t-test of WRG - AOG > 0 at 0.025) from the spread of seeds 10-19 and of seeds 20-29, from
-#: all twenty together, and of ten seeds from seeds 20-29. tests/test_demo_power.py recomputes
-#: them from the committed documents those stores wrote.
-FRESH_SEED_POWER = {"five_low": 0.66, "five_high": 0.97, "five_pooled": 0.82, "ten": 0.98}
+#: (docs/RESULTS.md, issue 28): the mean and SD over seeds 30-39 of the naive student's WRG - AOG
+#: (points) at the scenario they ran (the demo's defaults). tests/test_demo_power.py recomputes
+#: them from the committed document that store wrote.
+FRESH_SEED_GAP = {"mean": 5.30, "sd": 1.79, "seeds": "30-39", "strength": 0.9,
+                  "scenario": DEFAULT_SCENARIO}
+#: the power the demo aims for: five seeds should detect the failure mode this often
+POWER_GOAL = 0.9
 
 
-def power_note(n_seeds: int, scenario: str = DEFAULT_SCENARIO, strength: float = 0.8,
+def verdict_power(n_seeds: int, mean: float | None = None, sd: float | None = None,
+                  alpha: float = 0.025) -> float:
+    """Estimated power of the ``n_seeds`` verdict (one-sided paired t-test of WRG - AOG > 0 at
+    ``alpha``, the verdict's 95% interval) at a mean gap and seed SD (default: the fresh seeds'
+    `FRESH_SEED_GAP`); an estimate, since both are themselves estimated."""
+    from scipy import stats
+
+    mean = FRESH_SEED_GAP["mean"] if mean is None else mean
+    sd = FRESH_SEED_GAP["sd"] if sd is None else sd
+    if n_seeds < 2:
+        return float("nan")
+    df = n_seeds - 1
+    return float(stats.nct.sf(stats.t.ppf(1 - alpha, df), df, mean / sd * n_seeds ** 0.5))
+
+
+def _share(p: float) -> str:
+    return f"{p:.1%}" if 0.99 <= p < 0.9995 else (">99.9%" if p >= 0.9995 else f"{p:.0%}")
+
+
+def power_note(n_seeds: int, scenario: str = DEFAULT_SCENARIO, strength: float | None = None,
                visibility: float | None = None) -> str:
     """What the verdict of ``n_seeds`` seeds is worth in the scenario it was measured on (the
-    default hidden-cue scenario at strength 0.8); "" for any other setting, or one seed (which
-    gives no verdict at all)."""
+    default hidden-cue scenario at its default strength and visibility; ``strength`` None is
+    that default); "" for any other setting, or one seed (which gives no verdict at all)."""
+    g = FRESH_SEED_GAP
     vis = SCENARIOS[DEFAULT_SCENARIO] if visibility is None else visibility
-    if (scenario != DEFAULT_SCENARIO or abs(strength - 0.8) > 1e-9
+    st = g["strength"] if strength is None else strength
+    if (scenario != g["scenario"] or abs(st - g["strength"]) > 1e-9
             or abs(vis - SCENARIOS[DEFAULT_SCENARIO]) > 1e-9 or n_seeds < 2):
         return ""
-    p = FRESH_SEED_POWER
-    if n_seeds >= 10:
-        return (f"How far {n_seeds} seeds can be trusted here: on seeds nobody tuned on, ten "
-                f"seeds detect this failure mode with an estimated power of about "
-                f"{p['ten']:.0%} (docs/RESULTS.md).")
-    return (f"How far {n_seeds} seeds can be trusted here: on twenty seeds nobody tuned on, "
-            f"five seeds detect this failure mode with an estimated power of "
-            f"{p['five_low']:.0%}-{p['five_high']:.0%} (two sets of ten seeds; about "
-            f"{p['five_pooled']:.0%} from all twenty), below the 90% the demo aims for, so a "
-            "'no' from five seeds is weak evidence that it is absent. Ten seeds (--seeds 0 1 2 "
-            f"3 4 5 6 7 8 9, about 2 CPU-minutes per added seed) reach about {p['ten']:.0%} "
-            "(docs/RESULTS.md).")
+    p = verdict_power(n_seeds)
+    head = (f"How far {n_seeds} seeds can be trusted here: on ten seeds nobody tuned on "
+            f"({g['seeds']}: WRG - AOG {g['mean']:+.1f}, SD {g['sd']:.1f} over seeds), "
+            f"{n_seeds} seeds detect this failure mode with an estimated power of {_share(p)}")
+    if p >= POWER_GOAL:
+        return head + f", above the {POWER_GOAL:.0%} the demo aims for (docs/RESULTS.md)."
+    more = next(n for n in range(n_seeds + 1, 100) if verdict_power(n) >= POWER_GOAL)
+    return (head + f", below the {POWER_GOAL:.0%} the demo aims for, so a 'no' from "
+            f"{n_seeds} seeds is weak evidence that it is absent; {more} seeds reach "
+            f"{_share(verdict_power(more))} (about 2 CPU-minutes per added seed; docs/RESULTS.md).")
 
 
 def verdict_sentence(results, method: str = "naive") -> str:

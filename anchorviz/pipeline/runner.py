@@ -28,6 +28,7 @@ import multiprocessing
 import os
 import signal
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -197,6 +198,52 @@ def _tracked(execute: Callable[[str, dict, str], dict], node_id: str, kind: str,
             os._exit(128 + signal.SIGINT)
 
 
+#: a local worker's allocator settings (`limit_heap`; measured in bench/bench_heap.py, whose
+#: numbers are in docs/BENCHMARKS.md): oneDNN's primitive cache holds 8 primitives instead of
+#: 1024 (a two-node chain peaked 160 MB lower at the same CPU time, the same scores); glibc's
+#: mmap threshold is left alone (fixed at 1 MiB it cut another 140 MB but cost 1.56x the CPU
+#: time: every large tensor a fresh, zeroed mapping)
+WORKER_ONEDNN_CACHE = 8
+WORKER_MMAP_THRESHOLD: int | None = None
+_M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter number
+
+
+def limit_heap(onednn_cache: int | None = WORKER_ONEDNN_CACHE,
+               mmap_threshold: int | None = WORKER_MMAP_THRESHOLD) -> dict[str, bool]:
+    """Keep a long-lived worker's resident memory near what it uses. Two settings, neither of
+    which changes a number a run computes:
+
+    - ``onednn_cache``: the capacity of oneDNN's primitive cache (``ONEDNN_PRIMITIVE_CACHE_
+      CAPACITY``; the library's default is 1024). Under bf16 autocast every new batch shape
+      (the loop buckets batches by length) builds matmul primitives that keep their own
+      buffers; a small cache drops them instead of keeping them for the process's life. Read
+      once, at the process's first oneDNN primitive: it must be set before the first bf16
+      matmul, and a value already in the environment wins.
+    - ``mmap_threshold``: glibc's ``M_MMAP_THRESHOLD`` (bytes). By default glibc raises the
+      threshold after each large free, so a training step's and a scoring batch's large
+      tensors end up in the heap, whose freed pages stay resident until ``malloc_trim``; at a
+      fixed threshold a block of that size or more is its own mapping, returned on free.
+
+    A local worker sets the first only (``WORKER_MMAP_THRESHOLD`` is None: the second costs
+    CPU time, bench/bench_heap.py). Returns which settings took effect (Linux with glibc only
+    for the second)."""
+    done = {"onednn_cache": False, "mmap_threshold": False}
+    if onednn_cache is not None:
+        os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", str(int(onednn_cache)))
+        done["onednn_cache"] = True
+    if mmap_threshold is not None and sys.platform.startswith("linux"):
+        import ctypes
+        import ctypes.util
+
+        name = ctypes.util.find_library("c")
+        try:
+            done["mmap_threshold"] = bool(name) and ctypes.CDLL(name).mallopt(
+                _M_MMAP_THRESHOLD, int(mmap_threshold)) == 1
+        except (OSError, AttributeError):  # another libc (musl): no mallopt
+            pass
+    return done
+
+
 def _init_worker(threads: int, parent: int | None = None, started=None) -> None:
     # Ctrl-C reaches the whole process group: the driver reports it once and keeps the finished
     # runs; a worker stops at once without a traceback of its own (its half-written run is a
@@ -208,6 +255,7 @@ def _init_worker(threads: int, parent: int | None = None, started=None) -> None:
         signal.signal(signal.SIGTERM, _quiet_exit)
         threading.Thread(target=_watch_parent, args=(parent,), name="watch-driver",
                          daemon=True).start()
+    limit_heap()  # before torch runs its first oneDNN primitive
     os.environ["OMP_NUM_THREADS"] = str(threads)
     os.environ["MKL_NUM_THREADS"] = str(threads)
     # numba (umap-learn) sizes its OpenMP pool from this, not from OMP_NUM_THREADS
