@@ -39,7 +39,7 @@ def test_onednn_cache_set_unless_the_user_set_it():
     proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
                           text=True, timeout=120, env=env)
     got = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert got["env"] == str(runner.WORKER_ONEDNN_CACHE) and got["took"]["mmap_threshold"] is False
+    assert got["env"] == "8" and got["took"]["mmap_threshold"] is False
     got = _run(code, env={"ONEDNN_PRIMITIVE_CACHE_CAPACITY": "64"})
     assert got["env"] == "64"
 
@@ -96,5 +96,6 @@ def test_worker_initialiser_applies_the_settings():
     proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
                           text=True, timeout=120, env=env)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert json.loads(proc.stdout.strip().splitlines()[-1])["env"] == str(
-        runner.WORKER_ONEDNN_CACHE)
+    # both settings are off in a worker (measured: neither paid for itself in the demo)
+    want = None if runner.WORKER_ONEDNN_CACHE is None else str(runner.WORKER_ONEDNN_CACHE)
+    assert json.loads(proc.stdout.strip().splitlines()[-1])["env"] == want

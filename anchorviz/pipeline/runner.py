@@ -198,18 +198,18 @@ def _tracked(execute: Callable[[str, dict, str], dict], node_id: str, kind: str,
             os._exit(128 + signal.SIGINT)
 
 
-#: a local worker's allocator settings (`limit_heap`; measured in bench/bench_heap.py, whose
-#: numbers are in docs/BENCHMARKS.md): oneDNN's primitive cache holds 8 primitives instead of
-#: 1024 (a two-node chain peaked 160 MB lower at the same CPU time, the same scores); glibc's
-#: mmap threshold is left alone (fixed at 1 MiB it cut another 140 MB but cost 1.56x the CPU
-#: time: every large tensor a fresh, zeroed mapping)
-WORKER_ONEDNN_CACHE = 8
+#: a local worker's allocator settings (`limit_heap`; measured in bench/bench_heap.py, numbers
+#: in docs/BENCHMARKS.md). Both are off: oneDNN's primitive cache at 8 primitives lowered a
+#: two-node chain's peak by 160 MB at the same CPU time, but the whole demo with it peaked at
+#: 1,962 MB (1,931 MB without) and took 1,273 CPU-s (1,127 without; one run each); a fixed
+#: mmap threshold of 1 MiB cut another 140 MB at 1.56x the CPU time
+WORKER_ONEDNN_CACHE: int | None = None
 WORKER_MMAP_THRESHOLD: int | None = None
 _M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter number
 
 
-def limit_heap(onednn_cache: int | None = WORKER_ONEDNN_CACHE,
-               mmap_threshold: int | None = WORKER_MMAP_THRESHOLD) -> dict[str, bool]:
+def limit_heap(onednn_cache: int | None = 8,
+               mmap_threshold: int | None = None) -> dict[str, bool]:
     """Keep a long-lived worker's resident memory near what it uses. Two settings, neither of
     which changes a number a run computes:
 
@@ -224,9 +224,9 @@ def limit_heap(onednn_cache: int | None = WORKER_ONEDNN_CACHE,
       tensors end up in the heap, whose freed pages stay resident until ``malloc_trim``; at a
       fixed threshold a block of that size or more is its own mapping, returned on free.
 
-    A local worker sets the first only (``WORKER_MMAP_THRESHOLD`` is None: the second costs
-    CPU time, bench/bench_heap.py). Returns which settings took effect (Linux with glibc only
-    for the second)."""
+    A local worker passes ``WORKER_ONEDNN_CACHE`` / ``WORKER_MMAP_THRESHOLD`` (both None, off:
+    measured, neither lowered the demo's peak enough for its cost). Returns which settings took
+    effect (Linux with glibc only for the second)."""
     done = {"onednn_cache": False, "mmap_threshold": False}
     if onednn_cache is not None:
         os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", str(int(onednn_cache)))
@@ -255,7 +255,7 @@ def _init_worker(threads: int, parent: int | None = None, started=None) -> None:
         signal.signal(signal.SIGTERM, _quiet_exit)
         threading.Thread(target=_watch_parent, args=(parent,), name="watch-driver",
                          daemon=True).start()
-    limit_heap()  # before torch runs its first oneDNN primitive
+    limit_heap(WORKER_ONEDNN_CACHE, WORKER_MMAP_THRESHOLD)  # before torch's first oneDNN primitive
     os.environ["OMP_NUM_THREADS"] = str(threads)
     os.environ["MKL_NUM_THREADS"] = str(threads)
     # numba (umap-learn) sizes its OpenMP pool from this, not from OMP_NUM_THREADS
