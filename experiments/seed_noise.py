@@ -22,7 +22,6 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 
 from anchorviz.analysis.metrics import per_pair_correct
 from anchorviz.pipeline.results import results_table
@@ -56,12 +55,11 @@ def gap_parts(teacher: dict[str, np.ndarray], student: dict[str, np.ndarray],
 
 
 def power(effect: float, sd: float, n_seeds: int, alpha: float = 0.025) -> float:
-    """Power of the one-sided one-sample t-test of mean > 0 at ``alpha`` with ``n_seeds``."""
-    if n_seeds < 2 or sd <= 0:
-        return float("nan")
-    df = n_seeds - 1
-    crit = stats.t.ppf(1 - alpha, df)
-    return float(stats.nct.sf(crit, df, effect / sd * np.sqrt(n_seeds)))
+    """Power of the one-sided one-sample t-test of mean > 0 at ``alpha`` with ``n_seeds`` (the
+    demo's own `verdict_power`, one implementation)."""
+    from anchorviz.pipeline.demo import verdict_power
+
+    return verdict_power(n_seeds, mean=effect, sd=sd, alpha=alpha)
 
 
 def decompose(store: str | Path, n_boot: int = 2000, seed: int = 0) -> tuple[pd.DataFrame, dict]:

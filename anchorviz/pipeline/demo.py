@@ -167,7 +167,7 @@ def verdict_power(n_seeds: int, mean: float | None = None, sd: float | None = No
 
     mean = FRESH_SEED_GAP["mean"] if mean is None else mean
     sd = FRESH_SEED_GAP["sd"] if sd is None else sd
-    if n_seeds < 2:
+    if n_seeds < 2 or sd <= 0:
         return float("nan")
     df = n_seeds - 1
     return float(stats.nct.sf(stats.t.ppf(1 - alpha, df), df, mean / sd * n_seeds ** 0.5))
