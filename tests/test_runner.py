@@ -10,7 +10,7 @@ import pytest
 from graph_nodes import fail_teacher_of_seed_1, record
 from tiny_project import tiny_config
 
-from anchorviz.pipeline.runner import build_graph, default_jobs, run_graph
+from anchorviz.pipeline.runner import build_graph, default_jobs, fresh_process, run_graph
 from anchorviz.pipeline.sweep import sweep
 from anchorviz.sweep_config import SweepConfig, expand_sweep
 
@@ -50,11 +50,20 @@ def test_two_workers_run_independent_nodes_at_once_and_respect_dependencies(tmp_
     run_graph(nodes, tmp_path, jobs=2, progress=False, execute=record)
     log = [json.loads(x) for x in (tmp_path / "log.jsonl").read_text().splitlines()]
     assert len(log) == len(nodes)
-    assert len({r["pid"] for r in log}) == 2  # both workers were used
+    # teachers share the long-lived workers (both used); every captured / ANCHOR student, ceiling
+    # and reference capture ran in a process of its own (`fresh_process`)
+    light = [r for r in log if r["kind"] == "teacher"]
+    heavy = [r for r in log if r["kind"] != "teacher"]
+    assert len({r["pid"] for r in light}) == 2
+    assert len({r["pid"] for r in heavy}) == len(heavy) == len(nodes) - len(light)
+    assert not {r["pid"] for r in heavy} & {r["pid"] for r in light}
+    for r in log:  # never more than two nodes at once
+        assert sum(1 for b in log if b["start"] <= r["start"] < b["end"]) <= 2
     teachers = {r["seed"]: r for r in log if r["kind"] == "teacher"}
     for r in log:
         if r["kind"] in ("student", "ceiling"):
             assert r["start"] >= teachers[r["seed"]]["end"] - 1e-3
+    assert sorted(n.kind for n in nodes if not fresh_process(n)) == ["teacher"] * 2
     overlaps = sum(1 for a in log for b in log
                    if a is not b and a["start"] < b["end"] and b["start"] < a["end"])
     assert overlaps > 0
@@ -206,3 +215,25 @@ def test_ctrl_c_stops_the_workers_at_once_without_their_tracebacks(tmp_path):
     assert proc.returncode == 130 and "driver interrupted" in out
     assert "Traceback" not in err and "KeyboardInterrupt" not in err, err[-3000:]
     assert "leaked" not in err, err[-3000:]
+
+
+def test_the_demo_runs_its_captured_and_anchor_nodes_in_processes_of_their_own():
+    """The demo's largest process: a captured or ANCHOR node's peak stacked on what a long-lived
+    worker kept from earlier nodes (1.9-2.1 GB); such nodes get a fresh process, the teachers and
+    the scores-only verdict students reuse the workers."""
+    from anchorviz.pipeline.demo import demo_sweep
+
+    nodes = build_graph(expand_sweep(demo_sweep()))
+    fresh = {(n.kind, n.config["seed"], n.config["method"]["name"]) for n in nodes
+             if fresh_process(n)}
+    assert fresh == {("reference", 0, "naive"), ("ceiling", 0, "naive"),
+                     ("student", 0, "naive"), ("student", 0, "anchor")}
+    assert sum(fresh_process(n) for n in nodes) == 5  # two ANCHOR lambdas
+    reused = [n for n in nodes if not fresh_process(n)]
+    assert sorted(n.kind for n in reused) == ["student"] * 4 + ["teacher"] * 5
+    assert not any(n.config["capture"]["enabled"] for n in reused if n.kind == "student")
+    # ANCHOR without captures still holds its reference: a process of its own
+    anchor = next(n for n in nodes if n.config["method"]["name"] == "anchor")
+    cfg = {**anchor.config, "capture": {**anchor.config["capture"], "enabled": False}}
+    assert fresh_process(type(anchor)(anchor.id, "student", cfg, anchor.deps))
+    assert not fresh_process(type(anchor)(anchor.id, "teacher", cfg))

@@ -50,6 +50,7 @@ __all__ = [
     "check_backend",
     "default_jobs",
     "execute_node",
+    "fresh_process",
     "node_resources",
     "run_graph",
 ]
@@ -537,6 +538,25 @@ def _pool_failures(broken: list[Node], pid_of: dict[str, int], procs: dict,
     return out, rest
 
 
+def fresh_process(node: Node) -> bool:
+    """Whether a local worker pool runs ``node`` in a process of its own, started for it and
+    ended after it, instead of on a long-lived worker: a reference capture, and a student or
+    ceiling that captures hidden states or trains with ANCHOR. Those are the nodes with the
+    largest working set (a captured naive student peaks at about 1.5 GB, an ANCHOR student at
+    1.6 GB, each in a fresh process); on a long-lived worker their peak stacks on what the
+    previous nodes left resident (about 0.8-1.05 GB: imported code, allocator pages), which
+    made the demo's largest process 1.9-2.1 GB. A teacher or a scores-only student reuses a
+    worker: their peaks do not stack (docs/BENCHMARKS.md). A fresh process costs its imports
+    and first-call set-up, a few CPU-seconds."""
+    if node.kind == "reference":
+        return True
+    if node.kind not in ("student", "ceiling"):
+        return False
+    cfg = node.config
+    return bool(cfg.get("capture", {}).get("enabled")) or \
+        cfg.get("method", {}).get("name") == "anchor"
+
+
 def _run_pool(nodes, out_dir, jobs, threads, prog, results, execute) -> None:
     pending = list(nodes)
     done: set[str] = set()
@@ -547,15 +567,31 @@ def _run_pool(nodes, out_dir, jobs, threads, prog, results, execute) -> None:
     pid_of: dict[str, int] = {}
     by_id = {n.id: n for n in nodes}
     procs: dict[int, multiprocessing.process.BaseProcess] = {}
-    ex = ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=_init_worker,
-                             initargs=(threads, os.getpid(), started))
+    # two kinds of executor: one pool of long-lived workers (spawned on demand, shut down once
+    # no node left needs it) and one single-use executor per `fresh_process` node
+    pools: list[ProcessPoolExecutor] = []
+    shared: list[ProcessPoolExecutor] = []  # the long-lived pool, once made; emptied when retired
+    own: dict[Future, ProcessPoolExecutor] = {}  # a fresh node's future -> its executor
+
+    def executor(fresh: bool) -> ProcessPoolExecutor:
+        if not fresh and shared:
+            return shared[0]
+        ex = ProcessPoolExecutor(max_workers=1 if fresh else jobs, mp_context=ctx,
+                                 initializer=_init_worker,
+                                 initargs=(threads, os.getpid(), started))
+        pools.append(ex)
+        if not fresh:
+            shared.append(ex)
+        return ex
+
     # SIGTERM (kill, a scheduler's time limit) stops the sweep as Ctrl-C does, workers included
     old_term = None
     if threading.current_thread() is threading.main_thread():
         old_term = signal.signal(signal.SIGTERM, _on_sigterm)
 
     def note_workers() -> None:
-        procs.update(getattr(ex, "_processes", None) or {})
+        for ex in pools:
+            procs.update(getattr(ex, "_processes", None) or {})
         while not started.empty():
             pid, nid = started.get()
             pid_of[nid] = pid
@@ -567,11 +603,18 @@ def _run_pool(nodes, out_dir, jobs, threads, prog, results, execute) -> None:
                     if len(running) >= jobs:
                         break
                     if all(d in done for d in node.deps):
-                        running[ex.submit(_tracked, execute, node.id, node.kind, node.config,
-                                          out_dir)] = node
+                        fresh = fresh_process(node)
+                        ex = executor(fresh)
+                        fut = ex.submit(_tracked, execute, node.id, node.kind, node.config,
+                                        out_dir)
+                        running[fut] = node
+                        if fresh:
+                            own[fut] = ex
                         pending.remove(node)
                         prog.started(node)
             note_workers()
+            if shared and not any(not fresh_process(n) for n in [*pending, *running.values()]):
+                shared.pop().shutdown(wait=False)  # idle workers hold memory no node needs
             if not running:
                 break
             finished, _ = wait(list(running), timeout=1.0, return_when=FIRST_COMPLETED)
@@ -580,6 +623,8 @@ def _run_pool(nodes, out_dir, jobs, threads, prog, results, execute) -> None:
             broken: list[Node] = []
             for fut in finished:
                 node = running.pop(fut)
+                if fut in own:  # its process ends now; `finally` below joins it
+                    own.pop(fut).shutdown(wait=False)
                 try:
                     results[node.id] = fut.result()
                 except BrokenProcessPool:
@@ -597,7 +642,8 @@ def _run_pool(nodes, out_dir, jobs, threads, prog, results, execute) -> None:
                 errors.extend(stopped)
     except KeyboardInterrupt as err:
         note_workers()
-        ex.shutdown(wait=False, cancel_futures=True)
+        for ex in pools:
+            ex.shutdown(wait=False, cancel_futures=True)
         # Ctrl-C reached the workers already (the process group); a SIGTERM only this process
         for proc in procs.values() if isinstance(err, _Terminated) else ():
             if proc.exitcode is None:
@@ -607,7 +653,8 @@ def _run_pool(nodes, out_dir, jobs, threads, prog, results, execute) -> None:
                     pass
         raise
     finally:
-        ex.shutdown(wait=True, cancel_futures=True)
+        for ex in pools:
+            ex.shutdown(wait=True, cancel_futures=True)
         started.close()
         if old_term is not None:
             signal.signal(signal.SIGTERM, old_term)
@@ -737,7 +784,9 @@ def _run_ray(nodes, out_dir, jobs, threads, progress, results, execute, address)
     cwd = os.getcwd()
     try:
         for node in nodes:
+            # max_calls=1: the worker process exits after the node (see `fresh_process`)
             ref = task.options(**node_resources(node, threads), max_retries=RAY_MAX_RETRIES,
+                               max_calls=1 if fresh_process(node) else 0,
                                runtime_env={"env_vars": env},
                                name=f"{node.kind}:{node.id}").remote(
                 execute, node.id, node.kind, node.config, out_dir, threads, cwd, board,
