@@ -63,8 +63,9 @@ def sleep_long(kind: str, config: dict, out_dir: str) -> dict:
 
 
 def die_or_sleep(kind: str, config: dict, out_dir: str) -> dict:
-    """A node whose config says ``die`` SIGKILLs its worker once every node has started; any
-    other sleeps a minute (for failure attribution: which worker died running what)."""
+    """A node whose config says ``die`` SIGKILLs its worker once ``die`` nodes have started;
+    any other sleeps 8 s (for failure attribution: which worker died running what; a node
+    running in another worker process finishes)."""
     import signal
 
     (Path(out_dir) / f"started-{kind}-{os.getpid()}").write_text(kind)
@@ -73,5 +74,6 @@ def die_or_sleep(kind: str, config: dict, out_dir: str) -> dict:
         while len(list(Path(out_dir).glob("started-*"))) < config["die"] and time.time() < deadline:
             time.sleep(0.1)
         os.kill(os.getpid(), signal.SIGKILL)
-    time.sleep(60)
-    return {"kind": kind, "computed": True, "seconds": 60.0}
+    time.sleep(8)
+    (Path(out_dir) / f"finished-{kind}-{os.getpid()}").write_text(kind)
+    return {"kind": kind, "computed": True, "seconds": 8.0}

@@ -90,8 +90,8 @@ def test_a_killed_worker_is_reported_under_its_own_node(tmp_path, caplog):
         run_graph(nodes, tmp_path, jobs=2, progress=False, execute=die_or_sleep)
     msg = str(info.value)
     assert "b-dies" in msg and "a-sleeps" not in msg and "SIGKILL" in msg, msg
-    # the other worker's node, when the driver already knew it had started, is logged as
-    # stopped because of b-dies, never blamed (under load the worker's "started" message can
-    # still be in flight when b dies: then nothing is said about a-sleeps, which is right)
-    stopped = [r.getMessage() for r in caplog.records if "a-sleeps" in r.getMessage()]
-    assert all("stopped" in m and "b-dies" in m for m in stopped), stopped
+    # the other worker's node runs in a process of its own: it is never blamed, finishes, and
+    # the node that needs both never starts
+    assert not [r.getMessage() for r in caplog.records if "a-sleeps" in r.getMessage()]
+    assert len(list(tmp_path.glob("finished-teacher-*"))) == 1
+    assert not list(tmp_path.glob("started-student-*"))

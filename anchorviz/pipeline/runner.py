@@ -546,8 +546,9 @@ def fresh_process(node: Node) -> bool:
     1.6 GB, each in a fresh process); on a long-lived worker their peak stacks on what the
     previous nodes left resident (about 0.8-1.05 GB: imported code, allocator pages), which
     made the demo's largest process 1.9-2.1 GB. A teacher or a scores-only student reuses a
-    worker: their peaks do not stack (docs/BENCHMARKS.md). A fresh process costs its imports
-    and first-call set-up, a few CPU-seconds."""
+    worker: their peaks do not stack (docs/BENCHMARKS.md). A fresh process costs about 20
+    CPU-seconds in the demo: its imports, first-call set-up, and the shared map's refit (a
+    UMAP is rebuilt from its stored rows in each process that places states in it)."""
     if node.kind == "reference":
         return True
     if node.kind not in ("student", "ceiling"):
@@ -567,22 +568,37 @@ def _run_pool(nodes, out_dir, jobs, threads, prog, results, execute) -> None:
     pid_of: dict[str, int] = {}
     by_id = {n.id: n for n in nodes}
     procs: dict[int, multiprocessing.process.BaseProcess] = {}
-    # two kinds of executor: one pool of long-lived workers (spawned on demand, shut down once
-    # no node left needs it) and one single-use executor per `fresh_process` node
-    pools: list[ProcessPoolExecutor] = []
-    shared: list[ProcessPoolExecutor] = []  # the long-lived pool, once made; emptied when retired
-    own: dict[Future, ProcessPoolExecutor] = {}  # a fresh node's future -> its executor
+    # one single-process executor per slot (at most ``jobs`` worker processes at any time): a
+    # slot's process runs node after node, except that a `fresh_process` node gets a new process
+    # (the slot's warm one is ended first) which ends after it; a slot left without a process
+    # starts one when its next node comes
+    slots: list[ProcessPoolExecutor | None] = [None] * jobs
+    fresh_slot = [False] * jobs  # its process runs, or ran, a fresh_process node
+    slot_of: dict[Future, int] = {}
+    pools: list[ProcessPoolExecutor] = []  # every executor made, joined at the end
 
-    def executor(fresh: bool) -> ProcessPoolExecutor:
-        if not fresh and shared:
-            return shared[0]
-        ex = ProcessPoolExecutor(max_workers=1 if fresh else jobs, mp_context=ctx,
-                                 initializer=_init_worker,
-                                 initargs=(threads, os.getpid(), started))
-        pools.append(ex)
-        if not fresh:
-            shared.append(ex)
-        return ex
+    def retire(i: int) -> None:
+        if slots[i] is not None:
+            slots[i].shutdown(wait=False)  # its process exits; `finally` below joins it
+            slots[i] = None
+
+    def submit(node: Node) -> None:
+        busy = set(slot_of.values())
+        free = [i for i in range(jobs) if i not in busy]
+        fresh = fresh_process(node)
+        # a warm process for a node that reuses one; an empty slot for one that does not
+        warm = [i for i in free if slots[i] is not None and not fresh_slot[i]]
+        i = (warm or free)[0] if not fresh else ([i for i in free if slots[i] is None] or free)[0]
+        if fresh or fresh_slot[i]:
+            retire(i)
+        if slots[i] is None:
+            slots[i] = ProcessPoolExecutor(max_workers=1, mp_context=ctx, initializer=_init_worker,
+                                           initargs=(threads, os.getpid(), started))
+            pools.append(slots[i])
+        fresh_slot[i] = fresh
+        fut = slots[i].submit(_tracked, execute, node.id, node.kind, node.config, out_dir)
+        running[fut] = node
+        slot_of[fut] = i
 
     # SIGTERM (kill, a scheduler's time limit) stops the sweep as Ctrl-C does, workers included
     old_term = None
@@ -603,18 +619,15 @@ def _run_pool(nodes, out_dir, jobs, threads, prog, results, execute) -> None:
                     if len(running) >= jobs:
                         break
                     if all(d in done for d in node.deps):
-                        fresh = fresh_process(node)
-                        ex = executor(fresh)
-                        fut = ex.submit(_tracked, execute, node.id, node.kind, node.config,
-                                        out_dir)
-                        running[fut] = node
-                        if fresh:
-                            own[fut] = ex
+                        submit(node)
                         pending.remove(node)
                         prog.started(node)
             note_workers()
-            if shared and not any(not fresh_process(n) for n in [*pending, *running.values()]):
-                shared.pop().shutdown(wait=False)  # idle workers hold memory no node needs
+            if not any(not fresh_process(n) for n in [*pending, *running.values()]):
+                busy = set(slot_of.values())  # idle warm processes hold memory no node needs
+                for i in range(jobs):
+                    if i not in busy:
+                        retire(i)
             if not running:
                 break
             finished, _ = wait(list(running), timeout=1.0, return_when=FIRST_COMPLETED)
@@ -623,18 +636,20 @@ def _run_pool(nodes, out_dir, jobs, threads, prog, results, execute) -> None:
             broken: list[Node] = []
             for fut in finished:
                 node = running.pop(fut)
-                if fut in own:  # its process ends now; `finally` below joins it
-                    own.pop(fut).shutdown(wait=False)
+                i = slot_of.pop(fut)
                 try:
                     results[node.id] = fut.result()
                 except BrokenProcessPool:
                     broken.append(node)
+                    retire(i)
                 except BaseException as err:  # noqa: BLE001 - reported after the others finish
                     errors.append((node, err))
                     logger.error("%s %s failed: %s", node.kind, node.id, err)
                 else:
                     done.add(node.id)
                     _log_done(node, results[node.id])
+                if fresh_slot[i]:
+                    retire(i)
                 prog.finished(node, results.get(node.id))
             if broken:
                 failed, stopped = _pool_failures(broken, pid_of, procs, by_id)
@@ -767,6 +782,9 @@ def _run_ray(nodes, out_dir, jobs, threads, progress, results, execute, address)
     env = {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads),
            "NUMBA_NUM_THREADS": str(threads), "TQDM_DISABLE": "1"}
     task = ray.remote(_ray_node)
+    # max_calls=1: the worker process exits after the node (see `fresh_process`); Ray takes it
+    # only where the function is declared. The other keeps Ray's default (1 for a GPU task)
+    fresh_task = ray.remote(max_calls=1)(_ray_node)
     board = ray.remote(num_cpus=0)(_Board).remote()
     cpus = int(ray.cluster_resources().get("CPU", 0))
     slots = max(1, min(len(nodes), cpus // threads if cpus >= threads else jobs))
@@ -784,11 +802,10 @@ def _run_ray(nodes, out_dir, jobs, threads, progress, results, execute, address)
     cwd = os.getcwd()
     try:
         for node in nodes:
-            # max_calls=1: the worker process exits after the node (see `fresh_process`)
-            ref = task.options(**node_resources(node, threads), max_retries=RAY_MAX_RETRIES,
-                               max_calls=1 if fresh_process(node) else 0,
-                               runtime_env={"env_vars": env},
-                               name=f"{node.kind}:{node.id}").remote(
+            fn = fresh_task if fresh_process(node) else task
+            ref = fn.options(**node_resources(node, threads), max_retries=RAY_MAX_RETRIES,
+                             runtime_env={"env_vars": env},
+                             name=f"{node.kind}:{node.id}").remote(
                 execute, node.id, node.kind, node.config, out_dir, threads, cwd, board,
                 *(refs[d] for d in node.deps))
             refs[node.id] = ref
