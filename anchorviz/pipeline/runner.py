@@ -573,7 +573,6 @@ def _run_pool(nodes, out_dir, jobs, threads, prog, results, execute) -> None:
     # (the slot's warm one is ended first) which ends after it; a slot left without a process
     # starts one when its next node comes
     slots: list[ProcessPoolExecutor | None] = [None] * jobs
-    fresh_slot = [False] * jobs  # its process runs, or ran, a fresh_process node
     slot_of: dict[Future, int] = {}
     pools: list[ProcessPoolExecutor] = []  # every executor made, joined at the end
 
@@ -584,18 +583,17 @@ def _run_pool(nodes, out_dir, jobs, threads, prog, results, execute) -> None:
 
     def submit(node: Node) -> None:
         busy = set(slot_of.values())
-        free = [i for i in range(jobs) if i not in busy]
         fresh = fresh_process(node)
-        # a warm process for a node that reuses one; an empty slot for one that does not
-        warm = [i for i in free if slots[i] is not None and not fresh_slot[i]]
-        i = (warm or free)[0] if not fresh else ([i for i in free if slots[i] is None] or free)[0]
-        if fresh or fresh_slot[i]:
+        # a slot with a warm process for a node that reuses one, an empty slot for one that
+        # does not (a free slot's process only ever ran reusing nodes: see the retire below)
+        i = min((i for i in range(jobs) if i not in busy),
+                key=lambda i: ((slots[i] is None) != fresh, i))
+        if fresh:
             retire(i)
         if slots[i] is None:
             slots[i] = ProcessPoolExecutor(max_workers=1, mp_context=ctx, initializer=_init_worker,
                                            initargs=(threads, os.getpid(), started))
             pools.append(slots[i])
-        fresh_slot[i] = fresh
         fut = slots[i].submit(_tracked, execute, node.id, node.kind, node.config, out_dir)
         running[fut] = node
         slot_of[fut] = i
@@ -623,7 +621,7 @@ def _run_pool(nodes, out_dir, jobs, threads, prog, results, execute) -> None:
                         pending.remove(node)
                         prog.started(node)
             note_workers()
-            if not any(not fresh_process(n) for n in [*pending, *running.values()]):
+            if all(fresh_process(n) for n in [*pending, *running.values()]):
                 busy = set(slot_of.values())  # idle warm processes hold memory no node needs
                 for i in range(jobs):
                     if i not in busy:
@@ -648,7 +646,7 @@ def _run_pool(nodes, out_dir, jobs, threads, prog, results, execute) -> None:
                 else:
                     done.add(node.id)
                     _log_done(node, results[node.id])
-                if fresh_slot[i]:
+                if fresh_process(node):  # its process ends with it
                     retire(i)
                 prog.finished(node, results.get(node.id))
             if broken:
