@@ -1,5 +1,5 @@
 """The demo's statement of how far its seeds can be trusted: its numbers are recomputed from the
-committed document of the fresh-seed store it rests on (seeds 30-39, the default scenario), and
+committed document of the fresh-seed store it rests on (seeds 40-49, the default scenario and evaluation sizes), and
 it is said only for the scenario they measured."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from anchorviz.pipeline.demo import (
 )
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
-FRESH = "results_seed_noise_fresh28_s09.md"
+FRESH = "results_seed_noise_fresh28_e750.md"
 
 
 def _gaps(name: str) -> np.ndarray:
@@ -49,10 +49,15 @@ def test_the_gap_the_demo_states_is_that_of_the_fresh_seeds():
     # the scenario it measured is the demo's default
     d = demo_sweep().base.data
     assert d.artifact_strength == FRESH_SEED_GAP["strength"]
-    store_doc = (DOCS / "results_fresh28_s09.md").read_text()  # the command of the store
+    store_doc = (DOCS / "results_fresh28_e750.md").read_text()  # the command of the store
     assert "--strengths 0.9 " in store_doc and "artifact_teacher_visibility=0.5" in store_doc
-    assert "--seeds 30 31 32 33 34 35 36 37 38 39 " in store_doc
+    assert "--seeds 40 41 42 43 44 45 46 47 48 49 " in store_doc
     assert d.artifact_teacher_visibility == 0.5
+    # ... at the demo's evaluation sizes (the power is that of these sizes)
+    assert "--sizes 500 500 150 750 500 " in store_doc
+    assert (d.source_test, d.target_test) == (FRESH_SEED_GAP["source_test"],
+                                              FRESH_SEED_GAP["target_test"]) == (750, 500)
+    assert "750 source-test pairs, 500 pairs per target" in text
 
 
 def test_verdict_power_is_the_noncentral_t():
@@ -60,7 +65,7 @@ def test_verdict_power_is_the_noncentral_t():
     for n in (2, 3, 5, 10):
         assert verdict_power(n) == pytest.approx(_power(m, s, n), abs=1e-9)
     # the document's own five-seed power at the demo's evaluation sizes (rounded to a percent)
-    row = re.search(r"^\| 1500 \| 1000 \| [\d.]+ \| (\d+)% \|", (DOCS / FRESH).read_text(),
+    row = re.search(r"^\| 750 \| 500 \| [\d.]+ \| (\d+)% \|", (DOCS / FRESH).read_text(),
                     flags=re.M)
     assert row and int(row.group(1)) == round(100 * verdict_power(5))
     # a worked value: a gap of one SD with five seeds
@@ -72,7 +77,7 @@ def test_verdict_power_is_the_noncentral_t():
 def test_the_note_is_said_only_where_it_was_measured():
     five = power_note(5)
     assert verdict_power(5) >= POWER_GOAL
-    assert "99.7%" in five and "above the 90%" in five and "30-39" in five
+    assert "99.7%" in five and "above the 90%" in five and "40-49" in five
     three = power_note(3)  # below the goal: says so, and how many seeds reach it
     assert "below the 90%" in three and "weak evidence" in three and "4 seeds reach 96%" in three
     assert power_note(1) == ""  # one seed: no verdict to qualify

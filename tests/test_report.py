@@ -72,7 +72,8 @@ def test_report_leads_with_scenario_and_the_verdict_of_summary(demo_like):
     assert scenario < verdict < _first_figure(page) < _pos(page, "<h2>Results</h2>")
     assert verdict < _pos(page, "id='lead-figure'") < _first_figure(page)
     assert "id='smoke'" not in page
-    assert "seeds 0, 1, 2" in page and "tested on 1500 source pairs" in page
+    n_src = _sizes(quick=False)["source_test"]
+    assert "seeds 0, 1, 2" in page and f"tested on {n_src} source pairs" in page
 
 
 def test_a_quick_run_says_at_the_top_that_it_is_not_a_result(quick, demo_like):

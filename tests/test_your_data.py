@@ -73,9 +73,10 @@ def test_default_config_run_ids_are_pinned():
 def test_the_demo_reads_its_settings_file_and_keeps_its_run_ids():
     """`anchorviz demo` builds its sweep from anchorviz/configs/demo.yaml; the ids of its runs are
     those of the stores behind docs/RESULTS.md: in bfloat16 with eager attention at strength 0.9
-    (the defaults since issue 28) the demo store the notebooks read; in float32 at strength 0.8
-    (``strength=0.8, bf16=False``, what the experiment scripts pass) the pilot store of the
-    pre-registered check (seeds 0-4 at 1,500 / 1,000 evaluation pairs):
+    and 750 / 500 evaluation pairs (the defaults since issue 28) the demo store the notebooks
+    read; at 1,500 / 1,000 (the sizes until 2026-12-06) the earlier demo store; in float32 at
+    strength 0.8 (``strength=0.8, bf16=False``, what the experiment scripts pass) at 1,500 /
+    1,000 the pilot store of the pre-registered check (seeds 0-4):
     a teacher and a naive student per seed, ANCHOR and the ceiling on seed 0 only. Since the
     verdict-only seeds are scored without a capture their naive students have other ids than
     the captured ones of the pilot store (the same scores: tests/test_scores_only.py); with
@@ -89,19 +90,31 @@ def test_the_demo_reads_its_settings_file_and_keeps_its_run_ids():
     assert sw == load_sweep(demo_file())  # the file is the demo, and a plain sweep file
     configs = expand_sweep(sw)
     ids = {run_id_for(student_key(c, "student")) for c in configs}
-    assert ids == {"naive-4570c54aa754", "naive-825ef9377176", "naive-cd05fa6a2dbd",
-                   "naive-e8b5d01765c2", "naive-e9e2fd1b5bd0",
-                   "anchor-3df9ddff7772", "anchor-c900aee4c76e"}
+    assert ids == {"naive-0149979f684c", "naive-258adb4a46e9", "naive-87a678d08163",
+                   "naive-8d7cc24fda7a", "naive-d4c0ee8a913f",
+                   "anchor-091d23db1ed7", "anchor-892e30713469"}
+    assert (sw.base.data.source_test, sw.base.data.target_test) == (750, 500)
     assert sw.base.data.artifact_strength == 0.9
     assert [c.capture.enabled for c in configs if c.seed != 0] == [False] * 4
     assert sw.base.models.attention == "eager"
     assert sorted({c.seed for c in configs if c.method.name == "anchor"}) == [0]
     assert [c.seed for c in configs if c.ceiling] == [0, 0, 0]  # seed 0's naive and 2 ANCHOR
-    assert run_id_for(teacher_key(sw.base)) == "teacher-3e10e494dc72"
-    assert run_id_for(student_key(sw.base, "ceiling")) == "ceiling-30cb9bacac1f"
+    assert run_id_for(teacher_key(sw.base)) == "teacher-0487f3d46a2d"
+    assert run_id_for(student_key(sw.base, "ceiling")) == "ceiling-ce8c9f269d72"
     assert sw.base.teacher_train.bf16 and sw.base.student_train.bf16
+    # the earlier evaluation sizes: the earlier demo store's ids
+    big = {"data.source_test": 1500, "data.target_test": 1000}
+    old = demo_sweep()
+    old.base = with_overrides(old.base, **big)
+    ids = {run_id_for(student_key(c, "student")) for c in expand_sweep(old)}
+    assert ids == {"naive-4570c54aa754", "naive-825ef9377176", "naive-cd05fa6a2dbd",
+                   "naive-e8b5d01765c2", "naive-e9e2fd1b5bd0",
+                   "anchor-3df9ddff7772", "anchor-c900aee4c76e"}
+    assert run_id_for(teacher_key(old.base)) == "teacher-3e10e494dc72"
+    assert run_id_for(student_key(old.base, "ceiling")) == "ceiling-30cb9bacac1f"
     # float32 at strength 0.8 (the default until 2026-12-06): the recorded pilot's ids
     fp32 = demo_sweep(strength=0.8, bf16=False)
+    fp32.base = with_overrides(fp32.base, **big)
     ids = {run_id_for(student_key(c, "student")) for c in expand_sweep(fp32)}
     assert ids == {"naive-4679e3391f49", "naive-ff0a436a5f08", "naive-1f9946ce2c74",
                    "naive-94342f1b3282", "naive-6ffbafc55fa8",
