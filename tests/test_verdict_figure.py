@@ -111,7 +111,8 @@ def test_no_lead_figure_without_naive_students(tmp_path: Path) -> None:
     assert "id='lead-figure'" not in write_report(sweep).read_text()
 
 
-def test_the_demos_verdict_sentence_quotes_failure_modes_numbers(tmp_path: Path) -> None:
+def test_the_demos_verdict_sentence_quotes_failure_modes_numbers(tmp_path: Path,
+                                                                 monkeypatch) -> None:
     from anchorviz.pipeline.demo import verdict_sentence
 
     sweep = write_fake_sweep(tmp_path / "s", seeds=(0, 1, 2), methods=("naive",), lambdas=(),
@@ -122,11 +123,23 @@ def test_the_demos_verdict_sentence_quotes_failure_modes_numbers(tmp_path: Path)
     p = fm["pooled"]
     assert text.startswith("VERDICT over 3 seeds")
     assert f"WRG - AOG {100 * p['mean']:+.1f} [{100 * p['lo']:+.1f}, {100 * p['hi']:+.1f}]" in text
-    assert f"p {p['p']:.3f}" in text and "strict form" in text
+    p_text = "< 0.001" if p["p"] < 0.001 else f"{p['p']:.3f}"  # as the detailed lines say it
+    assert f"(p {p_text})" in text and "strict form" in text and "p 0.000" not in text
     assert ("failure mode: YES" in text) == fm["failure_mode"]
     one = load_results(write_fake_sweep(tmp_path / "one", seeds=(0,), methods=("naive",),
                                         lambdas=(), layers=()))
     assert verdict_sentence(one).startswith("One seed") and "no verdict" in verdict_sentence(one)
+    # a p below 0.001 reads "p < 0.001", never "p 0.000" (seen in the demo's output)
+    import anchorviz.analysis.summary as summary_mod
+    real = summary_mod.failure_mode
+
+    def tiny_p(*args, **kwargs):
+        out = real(*args, **kwargs)
+        out["pooled"] = {**out["pooled"], "p": 2e-5}
+        return out
+
+    monkeypatch.setattr(summary_mod, "failure_mode", tiny_p)
+    assert "(p < 0.001)" in verdict_sentence(res)
     two = load_results(write_fake_sweep(tmp_path / "two", seeds=(0, 1), methods=("naive",),
                                         lambdas=(), layers=(), artifact_strengths=(0.0, 0.8),
                                         artifact_kind="marker"))

@@ -205,6 +205,7 @@ def verdict_sentence(results, method: str = "naive") -> str:
     """The demo's verdict in one plain sentence, from the same `failure_mode` the detailed
     lines use: WRG with its seed interval, WRG - AOG with its interval and p (pooled over the
     targets, and per target after Holm), the strict form beside it. Points throughout."""
+    from anchorviz.analysis.summary import _p as p_text
     from anchorviz.analysis.summary import failure_mode
 
     try:
@@ -228,8 +229,8 @@ def verdict_sentence(results, method: str = "naive") -> str:
             if w["above_zero"] else f"the {method} student does not reliably beat its teacher "
             f"in distribution (WRG {iv(w)}), ")
     carry = (f"and that gain does not carry over out of distribution: WRG - AOG {iv(p)} "
-             f"(p {p['p']:.3f}) pooled over the targets" if p["not_carried_over"] else
-             f"and WRG - AOG {iv(p)} (p {p['p']:.3f}) is not above 0 beyond the interval "
+             f"(p {p_text(p['p'])}) pooled over the targets" if p["not_carried_over"] else
+             f"and WRG - AOG {iv(p)} (p {p_text(p['p'])}) is not above 0 beyond the interval "
              "pooled over the targets")
     carry += (f", and on {', '.join(per_t)} on its own after Holm" if per_t else
               ", on no target on its own after Holm")
