@@ -102,3 +102,56 @@ def test_report_of_chosen_runs_reads_only_them(two_settings):
     assert "<th>teacher visibility</th>" not in page
     with pytest.raises(ValueError, match="none of the 1 requested"):
         write_report(two_settings, two_settings / "x.html", run_ids={"nope"})
+
+
+def _two_sizes() -> pd.DataFrame:
+    """A folder's table after a default split size changed: teachers and a ceiling at two
+    source-test sizes, and students that also record their teacher's size (``cfg.teacher.*``,
+    a column teachers and ceilings do not have)."""
+    rows = []
+    for size in ("1500", "750"):
+        for kind, method in (("teacher", "teacher"), ("ceiling", "ceiling"),
+                             ("student", "naive"), ("student", "naive")):
+            rows.append({"kind": kind, "method": method, "anchor_lambda": 0.0,
+                         "anchor_layers": "", "seed": 0 if method != "naive" else len(rows) % 2,
+                         "source": "src", "artifact_kind": "marker", "artifact_strength": 0.9,
+                         "cfg.data.source_test": size,
+                         "cfg.teacher.data.source_test": size if kind == "student" else None,
+                         "run_id": f"{method}-{size}-{len(rows)}"})
+    return pd.DataFrame(rows)
+
+
+def test_a_setting_a_method_group_lacks_keeps_its_runs():
+    """The explorer of notebook 03 failed with an IndexError on such a folder: the missing
+    value ("-") of the teachers' `cfg.teacher.*` was chosen first and matched no row."""
+    res = _two_sizes()
+    assert setting_columns(res) == ["cfg.data.source_test", "cfg.teacher.data.source_test"]
+    rows, caption = select_condition(res)
+    # one size, and its teacher, ceiling and both students: nothing pooled, nothing lost
+    assert set(rows["cfg.data.source_test"]) == {"1500"}
+    assert sorted(rows["kind"]) == ["ceiling", "student", "student", "teacher"]
+    assert "teacher.data.source_test 1500" in caption
+    rows, _ = select_condition(res, settings={"cfg.data.source_test": "750"})
+    assert set(rows["cfg.data.source_test"]) == {"750"} and len(rows) == 4
+    # prefer: the current grid's values where they exist, else the first
+    rows, _ = select_condition(res, prefer={"cfg.data.source_test": "750",
+                                            "cfg.teacher.data.source_test": "750"})
+    assert set(rows["cfg.data.source_test"]) == {"750"} and len(rows) == 4
+    rows, _ = select_condition(res, prefer={"cfg.data.source_test": "300"})
+    assert set(rows["cfg.data.source_test"]) == {"1500"} and len(rows) == 4
+    # a setting missing on SOME runs of a group is a value of its own, never pooled
+    part = res.copy()
+    one = part.index[(part["kind"] == "student") & (part["cfg.data.source_test"] == "750")][0]
+    part.loc[one, "cfg.teacher.data.source_test"] = None
+    pick = {"cfg.data.source_test": "750"}
+    for value, student in (("-", one), ("750", one + 1)):
+        rows, _ = select_condition(part, settings={**pick, "cfg.teacher.data.source_test": value})
+        assert sorted(rows["kind"]) == ["ceiling", "student", "teacher"]
+        assert rows.loc[rows["kind"] == "student"].index.tolist() == [student]
+    # a setting none of the chosen runs has: skipped, or a clear error when asked for
+    none = res.copy()
+    none.loc[none["cfg.data.source_test"] == "750", "cfg.teacher.data.source_test"] = None
+    rows, _ = select_condition(none, settings=pick)
+    assert sorted(rows["kind"]) == ["ceiling", "student", "student", "teacher"]
+    with pytest.raises(ValueError, match="cfg.teacher.data.source_test is not set"):
+        select_condition(none, settings={**pick, "cfg.teacher.data.source_test": "750"})

@@ -33,7 +33,7 @@ import plotly.io as pio
 from plotly.colors import sample_colorscale
 
 from anchorviz.analysis.metrics import seed_summary
-from anchorviz.analysis.summary import setting_columns
+from anchorviz.analysis.summary import METHOD_KEYS, setting_columns
 
 #: one logger for every figure module (their warnings: missing tables, dropped runs)
 logger = logging.getLogger("anchorviz.viz")
@@ -374,16 +374,30 @@ def _setting_mask(col: pd.Series, value: Any) -> pd.Series:
     return col.astype(str) == str(value)
 
 
+def _setting_applies(rows: pd.DataFrame, col: str) -> tuple[pd.Series, pd.Series]:
+    """``(present, applies)`` per row: the setting ``col`` has a value, and some run of the
+    row's method group (`METHOD_KEYS`) has one (where none does, it does not apply)."""
+    present = rows[col].notna()
+    keys = [k for k in METHOD_KEYS if k in rows.columns]
+    if not keys:
+        return present, pd.Series(True, index=rows.index)
+    groups = [rows[k].astype(object).where(rows[k].notna(), "-").astype(str) for k in keys]
+    return present, present.groupby(groups).transform("any").astype(bool)
+
+
 def select_condition(results: pd.DataFrame, artifact_strength: float | None = None,
-                     source: str | None = None, settings: dict[str, Any] | None = None
-                     ) -> tuple[pd.DataFrame, str]:
+                     source: str | None = None, settings: dict[str, Any] | None = None,
+                     prefer: dict[str, Any] | None = None) -> tuple[pd.DataFrame, str]:
     """The rows of one experimental condition: one source dataset, one artefact strength and
     one value of every other setting that varies among the runs (`setting_columns`: teacher
     visibility, model, split sizes ...), so that a mean over seeds never pools settings.
 
     Unset, the largest artefact strength (the strongest shortcut), the first source and the
-    first value of every other setting are chosen (``settings``: ``{column: value}`` chooses);
-    the returned caption names each choice, for figure titles.
+    first value of every other setting are chosen (``settings``: ``{column: value}`` chooses;
+    ``prefer``: values taken where that setting varies and has them, else the first, e.g. the
+    values of a folder's current grid); the returned caption names each choice, for figure
+    titles. A setting that a whole method group lacks (a teacher's row has no ``cfg.teacher.*``)
+    does not tell its runs apart: they are kept whichever value is chosen.
     """
     if results.empty:
         raise ValueError("the results table has no runs")
@@ -395,13 +409,25 @@ def select_condition(results: pd.DataFrame, artifact_strength: float | None = No
     wanted = dict(settings or {})
     chosen = []
     for col in setting_columns(rows, ignore=("source", "artifact_strength")):
-        col_values = rows[col].astype(object).where(rows[col].notna(), "-")
+        # a run whose whole method group lacks the setting (a teacher has no `cfg.teacher.*`)
+        # is not told apart by it: it stays whichever value is chosen
+        present, applies = _setting_applies(rows, col)
+        col_values = rows.loc[applies, col].astype(object).where(present[applies], "-")
         try:
             values = unique_values(col_values)
         except TypeError:  # a missing value ("-") among numbers
             values = sorted(col_values.unique(), key=str)
-        value = _pick_value(values, wanted.pop(col, None), col, "first")
-        rows = rows[_setting_mask(rows[col], value)]
+        want = wanted.pop(col, None)
+        if not values:  # no run left that has the setting: it no longer tells them apart
+            if want is not None:
+                raise ValueError(f"{col} is not set on any of the runs chosen by the other "
+                                 f"settings ({', '.join(chosen) or 'none'})")
+            continue
+        if want is None and prefer and col in prefer and prefer[col] in values:
+            want = prefer[col]
+        value = _pick_value(values, want, col, "first")
+        same = ~present if value == "-" else present & _setting_mask(rows[col], value)
+        rows = rows[same | ~applies]
         chosen.append(f"{col.removeprefix('cfg.')} {value:g}" if isinstance(value, float)
                       else f"{col.removeprefix('cfg.')} {value}")
     if wanted:

@@ -46,6 +46,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from anchorviz.analysis.summary import setting_columns
 from anchorviz.viz.common import (
     BOTTOM_LEGEND,
     METHOD_COLORS,
@@ -304,6 +305,7 @@ class SweepExplorer:
             if preload_projections:
                 self._load_projection(rid)
         self._summaries: dict[tuple[float, float, str], pd.DataFrame] = {}
+        self._grid_values = self._current_grid_values()
         self._silent = False
         self.timings: dict[str, float] = {}
         self.run_id: str | None = None
@@ -333,8 +335,30 @@ class SweepExplorer:
         res = self.results
         rows = res[np.isclose(res["teacher_visibility"], self.visibility_w.value)]
         # any other setting that varies (model, split sizes ...): its first value, never pooled
-        rows, _ = select_condition(rows, float(self.strength_w.value))
+        rows, _ = select_condition(rows, float(self.strength_w.value), prefer=self._grid_values)
         return rows
+
+    def _current_grid_values(self) -> dict:
+        """``{setting column: value}`` of the settings (split sizes, models ...) that the runs of
+        the folder's current grid (its ``sweep.yaml``) share, where the folder also holds runs
+        made with other values (an earlier grid, before a default changed): those are what the
+        explorer shows first. Empty for a folder without a readable grid."""
+        from anchorviz.pipeline.expected import expected_runs
+
+        try:
+            ids = expected_runs(self.sweep_dir)
+        except (ValueError, OSError) as exc:
+            logger.info("%s: no current grid to prefer (%s)", self.sweep_dir, exc)
+            return {}
+        res = self.results
+        cur = res[res["run_id"].isin(ids or {})]
+        out = {}
+        for col in setting_columns(res, ignore=("source", "artifact_strength",
+                                                "teacher_visibility")):
+            vals = cur[col].dropna().unique()
+            if len(vals) == 1:
+                out[col] = vals[0].item() if isinstance(vals[0], np.generic) else vals[0]
+        return out
 
     def _summary(self) -> pd.DataFrame:
         key = (float(self.strength_w.value), float(self.visibility_w.value),
