@@ -33,7 +33,7 @@ import plotly.io as pio
 from plotly.colors import sample_colorscale
 
 from anchorviz.analysis.metrics import seed_summary
-from anchorviz.analysis.summary import METHOD_KEYS, setting_columns
+from anchorviz.analysis.summary import METHOD_KEYS, _setting_key, setting_columns
 
 #: one logger for every figure module (their warnings: missing tables, dropped runs)
 logger = logging.getLogger("anchorviz.viz")
@@ -381,7 +381,7 @@ def _setting_applies(rows: pd.DataFrame, col: str) -> tuple[pd.Series, pd.Series
     keys = [k for k in METHOD_KEYS if k in rows.columns]
     if not keys:
         return present, pd.Series(True, index=rows.index)
-    groups = [rows[k].astype(object).where(rows[k].notna(), "-").astype(str) for k in keys]
+    groups = [_setting_key(rows[k]) for k in keys]
     return present, present.groupby(groups).transform("any").astype(bool)
 
 

@@ -355,9 +355,9 @@ class SweepExplorer:
         out = {}
         for col in setting_columns(res, ignore=("source", "artifact_strength",
                                                 "teacher_visibility")):
-            vals = cur[col].dropna().unique()
+            vals = unique_values(cur[col].dropna())
             if len(vals) == 1:
-                out[col] = vals[0].item() if isinstance(vals[0], np.generic) else vals[0]
+                out[col] = vals[0]
         return out
 
     def _summary(self) -> pd.DataFrame:
