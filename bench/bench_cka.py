@@ -17,7 +17,7 @@ method whose predicted peak (measured at a small n, scaled by n^2) does not fit 
 memory available at that moment is not run at full n; it is run at the largest n that fits and
 the table marks that row and gives the feature-space time at that n for the ratio.
 
-Usage (what produced docs/bench_cka.md)::
+Usage (what produced docs/results/benchmarks/linear_cka_implementations.md)::
 
     python bench/bench_cka.py --n 20000 --dims 384 4096 --layers 7 --gram-layers-wide 1
 
@@ -186,6 +186,9 @@ def _fmt_bytes(b: float | None) -> str:
     return f"{b / 2**20:.0f} MiB"
 
 
+CKA_OUT = REPO / "docs" / "results" / "benchmarks" / "linear_cka_implementations.md"
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--n", type=int, default=20000, help="rows per layer")
@@ -198,7 +201,9 @@ def main(argv: list[str] | None = None) -> None:
                     help="run a Gram method at full n only if its predicted peak < this x available")
     ap.add_argument("--probe-n", type=int, default=4000,
                     help="largest n of the two memory probes of each Gram method")
-    ap.add_argument("--out", type=Path, default=None, help="markdown output (default docs/bench_cka.md)")
+    ap.add_argument("--out", type=Path, default=None,
+                    help="markdown output (default "
+                         "docs/results/benchmarks/linear_cka_implementations.md)")
     ap.add_argument("--quick", action="store_true", help="smoke run: n=2000, d=64 and 256, 2 layers")
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--d", type=int, default=None, help=argparse.SUPPRESS)
@@ -210,7 +215,7 @@ def main(argv: list[str] | None = None) -> None:
 
     if args.quick:
         args.n, args.dims, args.layers, args.probe_n = 2000, [64, 256], 2, 500
-    out_path = args.out if args.out is not None else (None if args.quick else REPO / "docs" / "bench_cka.md")
+    out_path = args.out if args.out is not None else (None if args.quick else CKA_OUT)
     command = "python bench/bench_cka.py " + " ".join(argv if argv is not None else sys.argv[1:])
     ck_version = _ckatorch_version()
     load_before = os.getloadavg()

@@ -8,7 +8,8 @@ recorded next to every table.
 
 ``update_section(name, body)`` rewrites the part of ``docs/BENCHMARKS.md`` between the markers
 ``<!-- name -->`` and ``<!-- /name -->`` (creating the file or the section when missing) and
-folds ``docs/bench_cka.md`` (written by ``bench/bench_cka.py``) into its own section.
+folds ``docs/results/benchmarks/linear_cka_implementations.md`` (written by
+``bench/bench_cka.py``) into its own section.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parent.parent
 DOC = REPO / "docs" / "BENCHMARKS.md"
-CKA_DOC = REPO / "docs" / "bench_cka.md"
+CKA_DOC = REPO / "docs" / "results" / "benchmarks" / "linear_cka_implementations.md"
 
 #: section order in docs/BENCHMARKS.md
 SECTIONS = ("bench_step", "bench_trl", "bench_capture", "bench_widgets", "bench_demo",
@@ -305,13 +306,16 @@ def _replace(text: str, name: str, body: str) -> str:
 
 
 def cka_section() -> str:
-    """The bench_cka section: docs/bench_cka.md (bench/bench_cka.py's output) folded in."""
+    """The bench_cka section: docs/results/benchmarks/linear_cka_implementations.md
+    (bench/bench_cka.py's output) folded in."""
     head = f"## {_TITLES['bench_cka']}\n\n"
-    cmd = ("Written by `bench/bench_cka.py` to `docs/bench_cka.md` and copied here by the "
+    cmd = ("Written by `bench/bench_cka.py` to "
+           "`docs/results/benchmarks/linear_cka_implementations.md` and copied here by the "
            "other bench scripts; reproduce with `python bench/bench_cka.py --n 20000 --dims 384 "
            "4096 --layers 7 --gram-layers-wide 1` (the exact command is in the text below).\n\n")
     if not CKA_DOC.is_file():
-        return head + cmd + "`docs/bench_cka.md` did not exist when this file was last written.\n"
+        return (head + cmd + "`docs/results/benchmarks/linear_cka_implementations.md` did not "
+                "exist when this file was last written.\n")
     text = CKA_DOC.read_text()
     lines = []
     for line in text.splitlines():

@@ -23,7 +23,7 @@ cue is cut off by truncation are left out.
 gap between the two says how much of the readability training created.
 
     python experiments/cue_readability.py --kinds marker order echo --models minilm-l6 minilm-l3 \
-        --doc docs/results_cue_readability.md
+        --doc docs/results/hidden_cue/cue_readability_probe.md
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ teacher read the cue in another form (``data.artifact_teacher_form: marker``: a 
 copy where the student's carries an order / echo cue) it is scored on its own form of the same
 target pairs (the marker on the same side), which is the cue its labels passed on.
 
-    python experiments/cue_reliance.py runs/vis_0.5 --doc docs/results_cue_reliance.md
+    python experiments/cue_reliance.py runs/vis_0.5 --doc docs/results/hidden_cue/cue_reliance_3seeds.md
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ drift, and 1 - debiased CKA) is paired with the student's AOG on that target (po
   a new domain would; reported: whether the fit was trusted, the mean absolute error of the
   predictions, and how often the prediction interval covers the measured AOG.
 
-    python experiments/drift_vs_ood.py runs/vis_0.5 --doc docs/results_drift_vs_ood.md
+    python experiments/drift_vs_ood.py runs/vis_0.5 --doc docs/results/hidden_cue/drift_vs_ood.md
 """
 
 from __future__ import annotations

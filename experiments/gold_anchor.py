@@ -1,7 +1,7 @@
 """Does ANCHOR stop a strong model from taking a drift-borne shortcut when its labels are GOLD?
 
 The echo cue (`anchorviz.data.artifacts`, kind ``echo``) is learned by a MiniLM-L6 trained on gold
-labels with lr 1e-4 for 4 epochs (the ceiling of ``docs/results_echo_lr1e-4_4ep.md``: 97.9% on
+labels with lr 1e-4 for 4 epochs (the ceiling of ``docs/results/echo_cue/pilot_lr1e-4_4epochs.md``: 97.9% on
 echo-marked source pairs, 77.5% on clean ones, OOD 73.8), but not by the weak teacher, so the
 weak-to-strong pipeline never gets to test anchoring against it. This script trains the same
 model on the same gold labels with the ANCHOR term added (lambda > 0 on the given layers; lambda
@@ -9,7 +9,7 @@ model on the same gold labels with the ANCHOR term added (lambda > 0 on the give
 the targets. Each model is kept in a run store (``--store``,
 `anchorviz.pipeline.fit.fit_and_score`): a rerun reads it instead of training it again.
 
-    python experiments/gold_anchor.py --seeds 0 --lambdas 0 1 10 --doc docs/results_gold_anchor.md
+    python experiments/gold_anchor.py --seeds 0 --lambdas 0 1 10 --doc docs/results/echo_cue/gold_labels_with_and_without_anchor.md
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ logger = logging.getLogger("gold_anchor")
 
 
 def echo_config(seed: int):
-    """The echo scenario of docs/results_echo_lr1e-4_4ep.md for one seed."""
+    """The echo scenario of docs/results/echo_cue/pilot_lr1e-4_4epochs.md for one seed."""
     from anchorviz.config import with_overrides
     from anchorviz.pipeline.demo import demo_sweep
 

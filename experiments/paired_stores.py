@@ -7,7 +7,7 @@ Runs are paired by what the grid varies (kind, method, lambda, layers, seed, art
 strength); rows of either store without a partner are counted, not read.
 
     python experiments/paired_stores.py runs/demo-sdpa runs/demo --names SDPA eager \\
-        --doc docs/results_eager_vs_sdpa.md
+        --doc docs/results/demo/eager_vs_sdpa_paired_seeds0-4.md
 """
 
 from __future__ import annotations

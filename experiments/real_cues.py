@@ -16,7 +16,7 @@ agree slice and on the whole target; means over seeds with 95% t-intervals, Holm
 cues. A slice enters only with at least ``--min-slice`` pairs on every seed.
 
     python experiments/real_cues.py --source hh --seeds 0 1 2 3 4 --out runs/real_cues \
-        --doc docs/results_real_cues.md
+        --doc docs/results/realdata/inherited_cues_hh_harmless_source.md
 
 Resumable (content-hashed runs); the real-data files are found as ``anchorviz.paths.realdata_dir``
 says (``$ANCHORVIZ_REALDATA``).

@@ -9,7 +9,7 @@ the reverse. Teacher minilm-l3, student minilm-l6, naive and ANCHOR (lambda grid
 prompt + response up to --max-length tokens. Resumable; writes one markdown section per transfer.
 
     python experiments/results_realdata.py --seeds 0 --out runs/results_realdata \
-        --doc docs/results_realdata.md
+        --doc docs/results/realdata/transfers_4pairs_code_v1.md
 """
 
 from __future__ import annotations

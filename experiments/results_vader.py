@@ -6,7 +6,7 @@ failure-mode test for naive and the NTS test for the ANCHOR setting chosen on SO
 
     python experiments/results_vader.py --strengths 0.0 0.8 --seeds 0 1 2 \
         --methods naive confidence anchor --layers last middle --out runs/results_default \
-        --doc docs/results_default.md
+        --doc docs/results/marker_cue/default_strength0.8.md
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ the spread at other evaluation sizes (evaluation variance ~ 1 / pairs) and the p
 demo's verdict test (one-sided paired t-test at alpha 0.025, the 95% interval of
 `anchorviz.analysis.summary.failure_mode`) for a number of seeds.
 
-    python experiments/seed_noise.py runs/pilot28_eval --doc docs/results_seed_noise.md
+    python experiments/seed_noise.py runs/pilot28_eval --doc docs/results/seed_noise/pilot_seeds0-4.md
 """
 
 from __future__ import annotations

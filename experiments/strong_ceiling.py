@@ -8,7 +8,7 @@ run store (`anchorviz.pipeline.fit.fit_and_score`): a rerun reads it instead of 
 
     python experiments/strong_ceiling.py --source uf --seeds 0 1 \\
         --students minilm-l6 ~/.cache/anchorviz/local/all-mpnet-base-v2 \\
-        --store runs/strong_ceiling --doc docs/results_strong_ceiling.md
+        --store runs/strong_ceiling --doc docs/results/realdata/stronger_student_gold_ceiling.md
 
 A student is a zoo name or a local Hugging Face folder. Accuracies in %, each with its
 prompt-cluster bootstrap interval over the split's pairs; the mean over seeds is what the

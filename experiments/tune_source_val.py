@@ -6,7 +6,7 @@ teacher's label confidence. Every configuration tried is printed; docs/RESULTS.m
 Each fit is kept in a run store (``--store``, `anchorviz.pipeline.fit.fit_and_score`): a rerun
 reads the finished ones instead of training them again.
 
-    python experiments/tune_source_val.py --strength 0.8 --out docs/tune_source_val.md
+    python experiments/tune_source_val.py --strength 0.8 --out docs/results/tuning/source_val_learning_rates.md
 """
 
 from __future__ import annotations

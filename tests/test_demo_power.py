@@ -19,8 +19,8 @@ from anchorviz.pipeline.demo import (
     verdict_power,
 )
 
-DOCS = Path(__file__).resolve().parents[1] / "docs"
-FRESH = "results_seed_noise_fresh28_e750.md"
+DOCS = Path(__file__).resolve().parents[1] / "docs" / "results"
+FRESH = "seed_noise/fresh_seeds40-49_eval_sizes.md"
 
 
 def _gaps(name: str) -> np.ndarray:
@@ -49,7 +49,7 @@ def test_the_gap_the_demo_states_is_that_of_the_fresh_seeds():
     # the scenario it measured is the demo's default
     d = demo_sweep().base.data
     assert d.artifact_strength == FRESH_SEED_GAP["strength"]
-    store_doc = (DOCS / "results_fresh28_e750.md").read_text()  # the command of the store
+    store_doc = (DOCS / "demo" / "fresh_seeds40-49_eval750x500.md").read_text()  # the command of the store
     assert "--strengths 0.9 " in store_doc and "artifact_teacher_visibility=0.5" in store_doc
     assert "--seeds 40 41 42 43 44 45 46 47 48 49 " in store_doc
     assert d.artifact_teacher_visibility == 0.5
