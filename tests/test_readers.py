@@ -225,6 +225,7 @@ EXPECTED_NAMES = {
     "hh-rlhf-helpful", "hh-rlhf-harmless", "helpsteer3", "ultrafeedback",
     "pku-saferlhf-harmless", "pku-saferlhf-helpful", "rail-hh-10k",
     "realdata-hh-harmless", "realdata-pku-safe", "realdata-ultrafeedback", "realdata-pandalm",
+    "realdata-xstest-respond", "realdata-xstest-refuse",
     "vader-movie", "vader-amazon", "vader-nyt", "vader-tweets",
 }
 
@@ -251,6 +252,20 @@ def test_list_datasets_and_manifest_fields() -> None:
     assert get_manifest("ultrafeedback")["splits"] == ["train_prefs", "test_prefs"]
     with pytest.raises(ValueError, match="known datasets"):
         get_manifest("nope")
+
+
+def test_target_only_dataset_is_refused_as_a_source() -> None:
+    """XSTest's manifests say target_only (issue 44): as data.source the run stops before
+    reading any file, naming the field and the manifest; the same name as a target is fine."""
+    from anchorviz.config import DataConfig
+    from anchorviz.pipeline.prepare import _refuse_target_only_source, prepare_data
+
+    for name in ("realdata-xstest-respond", "realdata-xstest-refuse"):
+        assert get_manifest(name)["target_only"] is True
+        with pytest.raises(DataError, match=r"data\.source: .*zero-shot target only"):
+            prepare_data(DataConfig(source=name, targets=["realdata-hh-harmless"]))
+    _refuse_target_only_source("realdata-hh-harmless")  # an ordinary source passes
+    assert not get_manifest("realdata-hh-harmless").get("target_only")
 
 
 # --------------------------------------------------------------------------- bad input

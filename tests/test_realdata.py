@@ -28,6 +28,8 @@ EXPECTED = {
     "realdata-pku-safe": (3590, 930, "harmless"),
     "realdata-ultrafeedback": (1058, 1058, "helpful"),
     "realdata-pandalm": (762, 153, "helpful"),
+    "realdata-xstest-respond": (456, 113, "harmless"),
+    "realdata-xstest-refuse": (519, 131, "harmless"),
 }
 DROPPED = {"realdata-ultrafeedback": {"empty_response": 1}}
 
@@ -104,3 +106,20 @@ def test_protocol_splits_on_natural_pairs(loaded, source: str, target: str) -> N
     assert set(out) == set(sizes) | {f"target_test:{target}"}
     assert len(out[f"target_test:{target}"]) == 300
     assert set(out[f"target_test:{target}"]["dataset"]) == {target}
+
+
+@pytest.mark.parametrize("name,refusal_chosen", [("realdata-xstest-respond", False),
+                                                 ("realdata-xstest-refuse", True)])
+def test_xstest_targets_hold_the_refusal_shift(loaded, name: str, refusal_chosen: bool) -> None:
+    """XSTest (issue 44): every prompt has several pairs (so split and bootstrap by prompt), and
+    the refusing side is the rejected one on should-respond prompts, the chosen one on
+    should-refuse prompts (the data audit in docs/RESULTS.md)."""
+    from anchorviz.analysis.cues import cue_agreement, cue_sides
+
+    df, _ = loaded[name]
+    per_prompt = df.groupby("prompt").size()
+    assert per_prompt.max() > 1 and per_prompt.mean() > 3
+    row = cue_agreement(cue_sides(df, ["refusal"]), n_boot=200).set_index("cue").loc["refusal"]
+    assert row["n_side"] > 300
+    assert (row["chosen_share"] > 0.9) if refusal_chosen else (row["chosen_share"] < 0.1)
+    assert get_manifest(name)["target_only"] is True

@@ -115,6 +115,21 @@ def prepare_data(cfg: DataConfig) -> dict[str, pd.DataFrame]:
     return out
 
 
+def _refuse_target_only_source(entry: str | dict) -> None:
+    """A named dataset whose manifest says ``target_only: true`` (XSTest: a few prompts with many
+    pairs each, made to be evaluated, not trained on) is refused as ``data.source``."""
+    from anchorviz.data.readers import known_manifests
+    from anchorviz.data.schema import DataError
+
+    if not isinstance(entry, str):
+        return
+    m = known_manifests().get(entry)
+    if m and m.get("target_only"):
+        raise DataError(f"data.source: {entry!r} is a zero-shot target only (its manifest "
+                        f"{m['manifest_path']} sets target_only: true); use it in data.targets "
+                        "and train on another source")
+
+
 def _build_data(cfg: DataConfig) -> dict[str, pd.DataFrame]:
     from anchorviz.data.splits import protocol_splits
 
@@ -122,6 +137,7 @@ def _build_data(cfg: DataConfig) -> dict[str, pd.DataFrame]:
     # the role is at DEBUG so that an INFO log does not say everything twice
     # the reports are also kept: every split carries them (attrs["data_dropped"]) and the
     # teacher's metrics.json counts them (data_dropped)
+    _refuse_target_only_source(cfg.source)
     src, report = load_dataset_entry(cfg.source)
     logger.debug("source %s: %s", dataset_label(cfg.source), report)
     reports = {dataset_label(cfg.source): report.to_dict()}
