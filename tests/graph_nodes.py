@@ -77,3 +77,15 @@ def die_or_sleep(kind: str, config: dict, out_dir: str) -> dict:
     time.sleep(8)
     (Path(out_dir) / f"finished-{kind}-{os.getpid()}").write_text(kind)
     return {"kind": kind, "computed": True, "seconds": 8.0}
+
+
+def warn_in_teacher(kind: str, config: dict, out_dir: str) -> dict:
+    """A teacher logs a WARNING from inside the package (as the training loop does when bf16 is
+    emulated) and an INFO line; every other node only records itself."""
+    import logging
+
+    if kind == "teacher":
+        log = logging.getLogger("anchorviz.training.loop")
+        log.info("an info line that stays in the worker")
+        log.warning("teacher-of-seed-%d warns on purpose", config["seed"])
+    return record(kind, config, out_dir)

@@ -107,6 +107,23 @@ def test_a_failing_node_on_ray_raises_its_own_error_and_stops_its_dependents(ray
     assert not any(r["seed"] == 1 and r["kind"] in ("student", "ceiling") for r in log)
 
 
+def test_a_warning_in_a_ray_task_reaches_the_driver_naming_its_run(ray_local, tmp_path, caplog):
+    import logging
+
+    from graph_nodes import warn_in_teacher
+
+    sw = SweepConfig(base=tiny_config(tmp_path), methods=["naive"], seeds=[0, 1])
+    nodes = build_graph(expand_sweep(sw))
+    with caplog.at_level(logging.WARNING, logger="anchorviz.pipeline.runner"):
+        run_graph(nodes, tmp_path, backend="ray", progress=False, execute=warn_in_teacher)
+    said = [r.getMessage() for r in caplog.records if "warns on purpose" in r.getMessage()]
+    teachers = [n for n in nodes if n.kind == "teacher"]
+    assert len(said) == len(teachers) == 2
+    for t in teachers:
+        assert sum(f"teacher {t.id}: teacher-of-seed-{t.config['seed']} warns" in m
+                   for m in said) == 1
+
+
 def test_node_resources_and_backend_arguments(tmp_path, monkeypatch):
     cfg = tiny_config(tmp_path)
     nodes = {n.kind: n for n in build_graph([cfg])}

@@ -172,3 +172,23 @@ def test_some_smoke_runs_and_mixed_configs_are_named_at_the_top(demo_like, tmp_p
     head, rows = _table(page)
     assert "source_test" in head
     assert sorted({r[head.index("source_test")] for r in rows}) == ["150", "300"]
+
+
+def test_warnings_the_runs_logged_are_listed_at_the_top_once_each(demo_like, tmp_path):
+    root = tmp_path / "warned"
+    shutil.copytree(demo_like, root)
+    runs = sorted(p.name for p in (root / "runs").iterdir() if p.is_dir()
+                  and not p.name.startswith("."))[:2]
+    msg = "bf16: this CPU has neither avx512_bf16 nor AMX, so bfloat16 autocast is emulated"
+    for rid in runs:
+        (root / "runs" / rid / "run.log").write_text(
+            "2026-12-07 04:00:00,000 INFO anchorviz.training.loop: an info line\n"
+            f"2026-12-07 04:00:01,000 WARNING anchorviz.training.loop: {msg}\n",
+            encoding="utf-8")
+    page = _page(write_report(root))
+    box = page[_pos(page, "id='run-warnings'"):]
+    box = box[: box.index("</div>")]
+    assert _pos(page, "id='run-warnings'") < _pos(page, "id='verdict'")
+    assert box.count(html.escape(msg)) == 1 and "2 runs" in box
+    assert all(rid in box for rid in runs) and "an info line" not in page
+    assert "id='run-warnings'" not in _page(write_report(demo_like))

@@ -237,3 +237,41 @@ def test_the_demo_runs_its_captured_and_anchor_nodes_in_processes_of_their_own()
     cfg = {**anchor.config, "capture": {**anchor.config["capture"], "enabled": False}}
     assert fresh_process(type(anchor)(anchor.id, "student", cfg, anchor.deps))
     assert not fresh_process(type(anchor)(anchor.id, "teacher", cfg))
+
+
+@pytest.mark.slow  # over 5 s on 2 busy cores: a sweep in a subprocess with two workers
+def test_a_worker_warning_reaches_the_drivers_console_once_naming_its_run(tmp_path):
+    """A WARNING logged inside a local worker process (``--jobs 2``) is shown on the driver's
+    stderr, once per run, with the run's kind and id; INFO lines stay in the worker."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    here = Path(__file__).resolve().parent
+    nodes = build_graph(expand_sweep(_sweep(tmp_path)))
+    teachers = [n for n in nodes if n.kind == "teacher"]
+    assert len(teachers) == 2
+    script = tmp_path / "sweep.py"
+    script.write_text(
+        "import logging, sys\n"
+        "from graph_nodes import warn_in_teacher\n"
+        "from test_runner import _sweep\n"
+        "from pathlib import Path\n"
+        "from anchorviz.pipeline.runner import build_graph, run_graph\n"
+        "from anchorviz.sweep_config import expand_sweep\n"
+        "if __name__ == '__main__':\n"
+        "    logging.basicConfig(level=logging.INFO, format='%(levelname)s %(message)s')\n"
+        f"    tmp = Path({str(tmp_path)!r})\n"
+        "    nodes = build_graph(expand_sweep(_sweep(tmp)))\n"
+        "    run_graph(nodes, tmp, jobs=2, progress=False, execute=warn_in_teacher)\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(here), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = proc.stderr.splitlines()
+    for t in teachers:
+        said = [x for x in lines if f"teacher-of-seed-{t.config['seed']} warns on purpose" in x]
+        assert len(said) == 1, proc.stderr[-3000:]
+        assert said[0].startswith("WARNING") and f"teacher {t.id}" in said[0]
+    assert "an info line that stays in the worker" not in proc.stderr

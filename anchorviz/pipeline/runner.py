@@ -23,6 +23,7 @@ filesystem); URIs (``s3://...``) are not supported by the store.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import multiprocessing
 import os
@@ -185,18 +186,67 @@ def _watch_parent(parent: int) -> None:
     os._exit(128 + signal.SIGINT)
 
 
+class _ForwardWarnings(logging.Handler):
+    """In a worker process: hand each distinct WARNING-or-above record of the node it runs to
+    ``send(text)`` (the driver shows it on its console, naming the run). A worker has no console
+    of its own (its logging is not configured; the package's records reach only the run's
+    ``run.log``), so without this a warning such as emulated bfloat16 went unseen."""
+
+    def __init__(self, send: Callable[[str], None]) -> None:
+        super().__init__(level=logging.WARNING)
+        self.send = send
+        self.seen: set[str] = set()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            text = record.getMessage()
+            if record.levelno > logging.WARNING:
+                text = f"{record.levelname}: {text}"
+            if text not in self.seen:
+                self.seen.add(text)
+                self.send(text)
+        except Exception:  # noqa: BLE001 - logging must never break the node
+            self.handleError(record)
+
+
+@contextlib.contextmanager
+def _forwarding_warnings(send: Callable[[str], None]):
+    """Forward the WARNING-or-above records logged in this process while the block runs."""
+    handler = _ForwardWarnings(send)
+    root = logging.getLogger()
+    root.addHandler(handler)
+    try:
+        yield
+    finally:
+        root.removeHandler(handler)
+
+
 def _tracked(execute: Callable[[str, dict, str], dict], node_id: str, kind: str, config: dict,
              out_dir: str) -> dict:
     """Run one node in a local worker after telling the driver which process runs it (so a
-    worker that dies is reported under its own node, not under another worker's)."""
-    if _STARTED is not None:
-        _STARTED.put((os.getpid(), node_id))
+    worker that dies is reported under its own node, not under another worker's); the node's
+    warnings go to the driver as they happen (`_ForwardWarnings`)."""
+    queue = _STARTED
+    if queue is not None:
+        queue.put(("started", os.getpid(), node_id))
+    forward = (contextlib.nullcontext() if queue is None else
+               _forwarding_warnings(lambda text: queue.put(("warning", node_id, text))))
     try:
-        return execute(kind, config, out_dir)
+        with forward:
+            return execute(kind, config, out_dir)
     finally:
         if _ORPHANED.is_set():  # nobody will read the result nor tell this process to exit
             logging.shutdown()
             os._exit(128 + signal.SIGINT)
+
+
+def _show_warning(node: Node | None, node_id: str, text: str, shown: set) -> None:
+    """In the driver: a worker's warning, once per run, naming the run."""
+    if (node_id, text) in shown:
+        return
+    shown.add((node_id, text))
+    kind = node.kind if node is not None else "node"
+    logger.warning("%s %s: %s", kind, node_id, text)
 
 
 #: a local worker's allocator settings (`limit_heap`; measured in bench/bench_heap.py, numbers
@@ -564,7 +614,8 @@ def _run_pool(nodes, out_dir, jobs, threads, prog, results, execute) -> None:
     running: dict[Future, Node] = {}
     errors: list[tuple[Node, BaseException]] = []
     ctx = multiprocessing.get_context("spawn")  # no forked torch / thread state
-    started = ctx.SimpleQueue()  # (pid, node id): which worker runs which node
+    # ("started", pid, node id): which worker runs which node; ("warning", node id, text)
+    started = ctx.SimpleQueue()
     pid_of: dict[str, int] = {}
     by_id = {n.id: n for n in nodes}
     procs: dict[int, multiprocessing.process.BaseProcess] = {}
@@ -603,12 +654,17 @@ def _run_pool(nodes, out_dir, jobs, threads, prog, results, execute) -> None:
     if threading.current_thread() is threading.main_thread():
         old_term = signal.signal(signal.SIGTERM, _on_sigterm)
 
+    shown: set[tuple[str, str]] = set()
+
     def note_workers() -> None:
         for ex in pools:
             procs.update(getattr(ex, "_processes", None) or {})
         while not started.empty():
-            pid, nid = started.get()
-            pid_of[nid] = pid
+            what, a, b = started.get()
+            if what == "started":
+                pid_of[b] = a
+            else:  # "warning": (node id, text)
+                _show_warning(by_id.get(a), a, b, shown)
 
     try:
         while pending or running:
@@ -711,6 +767,7 @@ class _Board:
         self.running: dict[str, tuple[str, int, int]] = {}
         self.attempts: dict[str, int] = {}
         self.stopped = False
+        self.warnings: list[tuple[str, str]] = []  # (node id, text), not yet read by the driver
 
     def begin(self, node_id: str, host: str, pid: int) -> bool:
         """Record a start; True when the task should not run (the sweep is stopping)."""
@@ -725,6 +782,13 @@ class _Board:
 
     def stop(self) -> None:
         self.stopped = True
+
+    def warn(self, node_id: str, text: str) -> None:
+        self.warnings.append((node_id, text))
+
+    def take_warnings(self) -> list[tuple[str, str]]:
+        out, self.warnings = self.warnings, []
+        return out
 
     def snapshot(self) -> dict[str, tuple[str, int, int]]:
         return dict(self.running)
@@ -744,7 +808,8 @@ def _ray_node(execute, node_id: str, kind: str, config: dict, out_dir: str, thre
         os.chdir(cwd)
     _init_worker(threads)
     try:
-        return execute(kind, config, out_dir)
+        with _forwarding_warnings(lambda text: board.warn.remote(node_id, text)):
+            return execute(kind, config, out_dir)
     finally:
         board.end.remote(node_id)
 
@@ -798,6 +863,13 @@ def _run_ray(nodes, out_dir, jobs, threads, progress, results, execute, address)
     skipped = 0
     attempts: dict[str, int] = {}
     cwd = os.getcwd()
+    shown: set[tuple[str, str]] = set()
+    by_id = {n.id: n for n in nodes}
+
+    def show_warnings() -> None:
+        for nid, text in ray.get(board.take_warnings.remote()):
+            _show_warning(by_id.get(nid), nid, text, shown)
+
     try:
         for node in nodes:
             fn = fresh_task if fresh_process(node) else task
@@ -808,7 +880,6 @@ def _run_ray(nodes, out_dir, jobs, threads, progress, results, execute, address)
                 *(refs[d] for d in node.deps))
             refs[node.id] = ref
             pending[ref] = node
-        by_id = {n.id: n for n in nodes}
         while pending:
             ready, _ = ray.wait(list(pending), num_returns=1, timeout=1.0)
             for nid, (host, pid, attempt) in ray.get(board.snapshot.remote()).items():
@@ -820,6 +891,7 @@ def _run_ray(nodes, out_dir, jobs, threads, progress, results, execute, address)
                     prog.started(by_id[nid], f"{host} pid {pid}"
                                  + (f" (attempt {attempt})" if attempt > 1 else ""))
             prog.refresh()
+            show_warnings()
             for ref in ready:
                 node = pending.pop(ref)
                 try:
@@ -838,6 +910,7 @@ def _run_ray(nodes, out_dir, jobs, threads, progress, results, execute, address)
                         results[node.id] = res
                         _log_done(node, res)
                 prog.finished(node, results.get(node.id))
+        show_warnings()  # those told after the last poll
     except KeyboardInterrupt:
         for ref in pending:
             ray.cancel(ref)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import html
 import logging
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -751,6 +752,51 @@ def _missing_html(sweep_dir: Path) -> str | None:
             f"or the figures (rerun the sweep to redo them):<ul>{items}</ul></div>")
 
 
+_LOG_LINE = re.compile(r"^\S+ \S+ (WARNING|ERROR|CRITICAL) (\S+): (.*)$")
+
+
+def run_warnings(sweep_dir: str | Path, run_ids: set[str] | None = None) -> list[dict[str, Any]]:
+    """The WARNING-or-above lines the runs of a folder logged while they computed (each run's
+    ``run.log``; a sweep's workers also show them on the console as they happen), one entry
+    per distinct message: ``{"level", "message", "runs"}``, runs sorted. ``run_ids``: only
+    these runs and the teachers / references they were trained against (the folder holds no
+    record of that tie, so a teacher's warnings are kept whenever ``run_ids`` is given)."""
+    found: dict[tuple[str, str], set[str]] = {}
+    root = Path(sweep_dir) / "runs"
+    for log in sorted(root.glob("*/run.log")) if root.is_dir() else ():
+        rid = log.parent.name
+        if rid.startswith(".tmp-"):
+            continue
+        if run_ids is not None and rid not in run_ids and not rid.startswith("teacher"):
+            continue
+        try:
+            text = log.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue
+        for line in text.splitlines():
+            m = _LOG_LINE.match(line)
+            if m:
+                found.setdefault((m.group(1), m.group(3).strip()), set()).add(rid)
+    return [{"level": level, "message": msg, "runs": sorted(runs)}
+            for (level, msg), runs in found.items()]
+
+
+def _warnings_html(sweep_dir: Path, run_ids: set[str] | None) -> str | None:
+    items = run_warnings(sweep_dir, run_ids)
+    if not items:
+        return None
+    esc = html.escape
+    lines = []
+    for w in items:
+        runs = w["runs"]
+        named = ", ".join(runs[:4]) + (f" and {len(runs) - 4} more" if len(runs) > 4 else "")
+        lines.append(f"<li>{esc(w['level'])} ({len(runs)} run{'s' if len(runs) > 1 else ''}: "
+                     f"{esc(named)}): {esc(w['message'])}</li>")
+    return ("<div class='box warn' id='run-warnings'><b>Warnings the runs logged.</b> "
+            "Each distinct message once, with the runs that logged it (their "
+            "<code>run.log</code> holds the context):<ul>" + "".join(lines) + "</ul></div>")
+
+
 def write_report(sweep_dir: str | Path, path: str | Path | None = None, *,
                  run_ids: set[str] | None = None) -> Path:
     """Write ``report.html`` (or ``path``) for a sweep folder; returns the path.
@@ -758,7 +804,8 @@ def write_report(sweep_dir: str | Path, path: str | Path | None = None, *,
     ``run_ids``: only these runs of the folder (``anchorviz demo``: its own runs, not those of
     another scenario or a notebook in the same folder); None: every finished run.
 
-    Order: title, header (version, date, :func:`made_by`), contents, smoke disclaimer
+    Order: title, header (version, date, :func:`made_by`), contents, the runs' warnings
+    (:func:`run_warnings`), smoke disclaimer
     (:func:`smoke_reasons`), scenario (:func:`scenario_lines`), verdict
     (:func:`verdict_blocks`), label warning (:func:`label_warning`), results table, figures
     (each with its :func:`figure_caption_for` line)."""
@@ -781,6 +828,9 @@ def write_report(sweep_dir: str | Path, path: str | Path | None = None, *,
     missing = _missing_html(sweep_dir)
     if missing:
         top.append(missing)
+    warned = _warnings_html(sweep_dir, None if run_ids is None else set(run_ids))
+    if warned:
+        top.append(warned)
     smoke = smoke_status(sweep_dir, results)
     if smoke["smoke"]:
         n, total = len(smoke["smoke"]), smoke["total"]
@@ -856,7 +906,7 @@ def write_report(sweep_dir: str | Path, path: str | Path | None = None, *,
 
     names = {"smoke": "Smoke run", "mixed": "Mixed settings", "scenario": "Scenario",
              "verdict": "Verdict", "lead-figure": "The verdict, seed by seed",
-             "label-warning": "Label warning"}
+             "label-warning": "Label warning", "run-warnings": "Warnings the runs logged"}
     toc = [(m, names[m]) for block in top for m in re.findall(r"id='([\w-]+)'", block)
            if m in names]
     toc += [("results", "Results"), *fig_toc]
