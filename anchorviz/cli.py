@@ -69,6 +69,7 @@ def cmd_demo(args) -> int:
                     bf16=False if args.fp32 else None)
     for cfg in expand_sweep(sw):
         cfg.validate()
+    _record(args)
     d = sw.base.data
     args.strength = d.artifact_strength  # the settings file's unless --strength gave one
     print(demo_note(args.strength, d.artifact_target_mode, d.artifact_teacher_visibility,
@@ -96,11 +97,19 @@ def cmd_demo(args) -> int:
     return EXIT_OK
 
 
+def _record(args) -> None:
+    """Append this command line to ``<--out>/commands.log`` (`anchorviz.paths.record_command`):
+    the report's "made by"."""
+    from anchorviz.paths import record_command
+
+    record_command(args.out, getattr(args, "argv", None) or [args.command])
+
+
 def _write_report(out: str | Path, path: str | Path | None = None,
-                  run_ids: set[str] | None = None) -> Path:
+                  run_ids: set[str] | None = None, command: list[str] | None = None) -> Path:
     from anchorviz.viz.report import write_report
 
-    return write_report(out, path, run_ids=run_ids)
+    return write_report(out, path, run_ids=run_ids, command=command)
 
 
 def cmd_run(args) -> int:
@@ -111,6 +120,7 @@ def cmd_run(args) -> int:
     if not _config_exists(args.config):
         return EXIT_CONFIG
     cfg = apply_sets(load_config(args.config), args.set)
+    _record(args)
     run(cfg, args.out, jobs=args.jobs, threads=args.threads, backend=args.backend,
         address=args.address)
     _print_current(results_table(args.out), [cfg], args.out)
@@ -137,6 +147,7 @@ def cmd_sweep(args) -> int:
     if not _config_exists(args.config):
         return EXIT_CONFIG
     sw = apply_sweep_sets(load_sweep(args.config), args.set)
+    _record(args)
     df = sweep(sw, args.out, jobs=args.jobs, threads=args.threads, backend=args.backend,
                address=args.address)
     _print_current(df, expand_sweep(sw), args.out)
@@ -169,7 +180,7 @@ def cmd_report(args) -> int:
     if not len(df):
         print(f"error: {path} holds no finished run that could be read", file=sys.stderr)
         return EXIT_DATA
-    report = _write_report(path, args.output)
+    report = _write_report(path, args.output, command=getattr(args, "argv", None))
     print(f"HTML report: {report}")
     if getattr(args, "figures", None):
         from anchorviz.viz.export import ExportError
@@ -213,6 +224,7 @@ def cmd_analyse(args) -> int:
     """Analyse a reward model trained elsewhere against its base (`anchorviz.pipeline.analyse`)."""
     from anchorviz.pipeline.analyse import analyse, summary_lines
 
+    _record(args)
     res = analyse(args.model, args.reference, args.source, args.targets, args.unlabelled,
                   args.out, name=args.name, pairs=args.pairs, max_length=args.max_length,
                   batch_size=args.batch_size, device=args.device, seed=args.seed,
@@ -456,6 +468,20 @@ def _version() -> str:
     return __version__
 
 
+_DEMO_DESCRIPTION = """\
+Shows, on your CPU and offline, whether a strong student trained on a weak
+teacher's labels gains in distribution by a shortcut that does not carry over to
+new domains. It plants a marker on the preferred side of movie-review pairs that
+the teacher reads only in part, trains a teacher and a student per seed (on the
+first seed also students held near their pretrained states, ANCHOR, and a gold
+ceiling), prints a table and the failure-mode verdict over seeds, and writes an
+HTML report.
+
+The verdict needs several seeds (an interval over seeds; one seed gives numbers
+but no verdict). Each seed costs about 2 CPU-minutes (a teacher and a naive
+student in bf16; docs/BENCHMARKS.md)."""
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(
         prog="anchorviz",
@@ -481,10 +507,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser = add_parser
 
     d = sub.add_parser("demo", help="the main job on the embedded default (offline, CPU)",
-                       description="The failure-mode verdict needs several seeds (an interval "
-                                   "over seeds;\none seed gives numbers but no verdict). Each "
-                                   "seed costs about 2 CPU-minutes\n(a teacher and a naive "
-                                   "student in bf16; docs/BENCHMARKS.md).",
+                       description=_DEMO_DESCRIPTION,
                        formatter_class=argparse.RawDescriptionHelpFormatter,
                        epilog="examples:\n  anchorviz demo\n  anchorviz demo --quick\n"
                               "  anchorviz demo --strength 0.5 --seeds 0 1 2 --out runs/demo3")
@@ -617,6 +640,13 @@ def build_parser() -> argparse.ArgumentParser:
     cu = sub.add_parser("cues", help="data audit: per dataset and surface cue (length, refusal, "
                                      "format, ...), how often the cue picks a side and how "
                                      "often that side is the chosen one",
+                        description="Audits preference pairs before any model is trained: for "
+                                    "each dataset and surface cue\n(length, refusal, format, "
+                                    "...), the share of pairs where the cue picks a side and\nthe "
+                                    "share of those where that side is the chosen one, with "
+                                    "bootstrap intervals\n(clustered by prompt). A share far from "
+                                    "50% is a shortcut a reward model can learn\ninstead of the "
+                                    "preference.",
                         epilog="example:\n  anchorviz cues realdata-hh-harmless my_pairs.jsonl "
                                "--cues length refusal",
                         formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -647,6 +677,7 @@ def _loaded(*names: str) -> tuple[type, ...]:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    args.argv = list(argv if argv is not None else sys.argv[1:])  # what made a folder
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(levelname)s %(name)s: %(message)s")
     for noisy in ("transformers", "numba", "urllib3", "filelock"):

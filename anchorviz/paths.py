@@ -20,11 +20,14 @@ __all__ = [
     "apply_umask",
     "bars_off",
     "cache_dir",
+    "COMMANDS_FILE",
     "cache_subdir",
     "file_sha256",
     "fingerprint",
     "full_fingerprints",
     "realdata_dir",
+    "record_command",
+    "recorded_commands",
     "safe_component",
     "write_atomic",
 ]
@@ -124,6 +127,46 @@ def write_atomic(path: str | os.PathLike[str], write: Callable[[Path], object]) 
         tmp.unlink(missing_ok=True)
         raise
     return path
+
+
+# --------------------------------------------------------------------------- commands
+
+#: in a folder ``anchorviz demo / run / sweep / analyse`` wrote to: one line per command that
+#: wrote there, ``<UTC time>\t<command line>`` (the report's "made by")
+COMMANDS_FILE = "commands.log"
+
+
+def record_command(folder: str | os.PathLike[str], argv: list[str]) -> None:
+    """Append ``anchorviz <argv>`` with the UTC time to ``folder/commands.log`` (created with the
+    folder). A folder that cannot be written is logged and skipped: the command still runs
+    (its own writes will say what is wrong)."""
+    import datetime
+    import logging
+    import shlex
+
+    line = (datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC") + "\t"
+            + shlex.join(["anchorviz", *argv]).replace("\n", " ") + "\n")
+    try:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        with open(Path(folder) / COMMANDS_FILE, "a", encoding="utf-8") as f:
+            f.write(line)
+    except OSError as err:
+        logging.getLogger(__name__).debug("cannot record the command in %s (%s)", folder, err)
+
+
+def recorded_commands(folder: str | os.PathLike[str]) -> list[tuple[str, str]]:
+    """``[(time, command line), ...]`` from ``folder/commands.log``, oldest first; [] when there
+    is none (a folder made from Python, or by a version that did not record commands)."""
+    try:
+        text = (Path(folder) / COMMANDS_FILE).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return []
+    out = []
+    for line in text.splitlines():
+        when, sep, cmd = line.partition("\t")
+        if sep and cmd.strip():
+            out.append((when.strip(), cmd.strip()))
+    return out
 
 
 # --------------------------------------------------------------------------- fingerprints

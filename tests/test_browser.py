@@ -405,8 +405,9 @@ def test_notebook_figures_read_at_the_export_width(tmp_path):
 
 
 def test_report_fits_1280_px_and_leads_with_the_verdict(tmp_path):
-    """The HTML report at 1280 px: no horizontal scrolling, every figure and the table inside
-    the page width, and the verdict above the first figure."""
+    """The HTML report at 1280 x 800: no horizontal scrolling, every figure and the table inside
+    the page width, and the first screen showing the verdict in one sentence and, whole, the
+    verdict figure (issue 41)."""
     sys.path.insert(0, str(REPO / "tests"))
     from fake_sweep import write_fake_sweep
 
@@ -421,7 +422,7 @@ def test_report_fits_1280_px_and_leads_with_the_verdict(tmp_path):
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROME_ARGS)
         try:
-            page = browser.new_page(viewport={"width": 1280, "height": 900})
+            page = browser.new_page(viewport={"width": 1280, "height": 800})
             page.goto(report.as_uri())
             page.wait_for_function("() => document.querySelectorAll('.js-plotly-plot').length > 0"
                                    " && Array.from(document.querySelectorAll('.js-plotly-plot'))"
@@ -429,7 +430,10 @@ def test_report_fits_1280_px_and_leads_with_the_verdict(tmp_path):
             page.screenshot(path=str(ARTIFACTS / "report_1280.png"))
             boxes = page.evaluate("""() => ({
                 scroll: document.documentElement.scrollWidth,
-                verdict: document.getElementById('verdict').getBoundingClientRect().top,
+                verdict: document.getElementById('verdict-sentence').getBoundingClientRect().top,
+                lead: (() => { const r = document.querySelector('#lead-figure .js-plotly-plot')
+                                   .getBoundingClientRect();
+                               return {top: r.top, bottom: r.bottom, height: r.height}; })(),
                 figures: Array.from(document.querySelectorAll('.js-plotly-plot'))
                     .map(el => { const r = el.getBoundingClientRect();
                                  return {left: r.left, right: r.right, top: r.top}; }),
@@ -441,6 +445,9 @@ def test_report_fits_1280_px_and_leads_with_the_verdict(tmp_path):
     assert boxes["scroll"] <= 1280, f"the page scrolls sideways: {boxes['scroll']} px"
     assert boxes["table"] <= 1280
     assert all(0 <= f["left"] and f["right"] <= 1280 for f in boxes["figures"]), boxes["figures"]
-    assert boxes["verdict"] < min(f["top"] for f in boxes["figures"])
+    assert 0 <= boxes["verdict"] < min(f["top"] for f in boxes["figures"])
+    # the first screen holds the verdict figure whole
+    assert boxes["lead"]["top"] == min(f["top"] for f in boxes["figures"])
+    assert boxes["lead"]["height"] > 200 and boxes["lead"]["bottom"] <= 800, boxes["lead"]
     # no figure's title, legend, axis titles or subplot titles run into each other or are cut
     assert text and not _overlaps(text), "\n".join(_overlaps(text))

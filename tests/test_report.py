@@ -66,11 +66,11 @@ def test_report_leads_with_scenario_and_the_verdict_of_summary(demo_like):
     fm = summary.failure_mode(results)
     assert fm["can_conclude"]
     assert ("Failure mode: YES" in page) == fm["failure_mode"]
-    # all of it before the table and before any figure; no smoke block at the full sizes
+    # the verdict in one sentence, then the verdict figure (issues 28 and 41), then the
+    # scenario and the verdict in detail, all before the table; no smoke block at full sizes
     scenario, verdict = _pos(page, "id='scenario'"), _pos(page, "id='verdict'")
-    # the verdict figure leads (issue 28), right after the verdict, before the table
-    assert scenario < verdict < _first_figure(page) < _pos(page, "<h2>Results</h2>")
-    assert verdict < _pos(page, "id='lead-figure'") < _first_figure(page)
+    assert _pos(page, "id='verdict-sentence'") < _pos(page, "id='lead-figure'") \
+        < _first_figure(page) < scenario < verdict < _pos(page, "<h2>Results</h2>")
     assert "id='smoke'" not in page
     n_src = _sizes(quick=False)["source_test"]
     assert "seeds 0, 1, 2" in page and f"tested on {n_src} source pairs" in page

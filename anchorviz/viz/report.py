@@ -71,6 +71,39 @@ _TABLE_COLUMNS: list[tuple[str, str, str]] = [
 ]
 
 
+#: every abbreviation the report uses: ``{abbreviation: (spelled out, what it means)}``; the
+#: terms line under the lead figure spells each out before its first use, the glossary at the
+#: end of the page lists them all
+GLOSSARY: dict[str, tuple[str, str]] = {
+    "ID": ("in distribution", "the source domain's own test pairs, from the domain the models "
+                              "were trained on"),
+    "OOD": ("out of distribution", "the target domains' test pairs, never trained on"),
+    "W2S": ("weak-to-strong", "a strong student trained on a weak teacher's labels instead of "
+                              "gold labels"),
+    "WRG": ("weak-to-strong raw gain", "student minus weak-teacher accuracy in distribution, in "
+                                       "points"),
+    "AOG": ("absolute out-of-distribution gain", "student minus weak-teacher accuracy out of "
+                                                 "distribution, in points"),
+    "NTS": ("net transfer score", "AOG minus any loss in distribution: AOG - max(0, teacher ID "
+                                  "- student ID), in points; below 0 is a net loss"),
+    "PGR": ("performance gap recovered", "WRG / (gold ceiling ID - teacher ID): the share of "
+                                         "the gap to a model trained on gold labels that the "
+                                         "student closes"),
+    "CKA": ("centred kernel alignment", "the similarity of two sets of hidden states, 1 = the "
+                                        "same up to rotation and scale; here student vs its "
+                                        "frozen pretrained copy"),
+    "ANCHOR": ("representation anchoring", "a penalty, weighted by lambda, on the distance "
+                                           "between the student's hidden states and its "
+                                           "pretrained ones"),
+}
+
+
+def terms_line() -> str:
+    """One line spelling out every abbreviation of :data:`GLOSSARY` ("WRG = weak-to-strong raw
+    gain ..."), for the top of the page."""
+    return "; ".join(f"{k} = {v[0]}" for k, v in GLOSSARY.items()) + "."
+
+
 # --------------------------------------------------------------------------- configs
 
 
@@ -186,20 +219,29 @@ def mixed_configs(results: pd.DataFrame) -> list[str]:
 
 
 def made_by(sweep_dir: str | Path) -> str:
-    """What made a folder, for the report's header. No command line is stored in a sweep
-    folder, so this names the file that holds its settings: ``sweep.yaml`` (written by
-    `anchorviz.pipeline.sweep.sweep`, which ``anchorviz sweep`` / ``anchorviz demo`` call) with
-    its grid, else the runs' own ``runs/<id>/config.yaml``."""
-    from anchorviz.paths import read_yaml
+    """What made a folder, for the report's header: the last command line ``anchorviz demo /
+    run / sweep / analyse`` recorded in its ``commands.log`` (`anchorviz.paths.record_command`)
+    with its time, and how many earlier ones wrote there. A folder made from Python records
+    none: then the file that holds its settings, ``sweep.yaml`` (written by
+    `anchorviz.pipeline.sweep.sweep`) with its grid, else the runs' own
+    ``runs/<id>/config.yaml``."""
+    from anchorviz.paths import COMMANDS_FILE, read_yaml, recorded_commands
 
     sweep_dir = Path(sweep_dir)
+    commands = recorded_commands(sweep_dir)
+    if commands:
+        when, cmd = commands[-1]
+        earlier = len(commands) - 1
+        return (f"{cmd} ({when})" + (f"; {earlier} earlier command(s) wrote here too, listed in "
+                                     f"{COMMANDS_FILE}" if earlier else ""))
     try:
         sw = read_yaml(sweep_dir / "sweep.yaml") or {}
     except Exception as err:  # a missing or unreadable file: say so, do not lose the report
         logger.debug("report: cannot read sweep.yaml (%s)", err)
         sw = None
     if not isinstance(sw, dict):
-        return ("no command line is recorded and there is no readable sweep.yaml: each run's "
+        return ("no command line is recorded (the folder was made from Python, or by a version "
+                "that did not record one) and there is no readable sweep.yaml: each run's "
                 "settings are in runs/<id>/config.yaml")
     grid = sw.get("grid") if isinstance(sw.get("grid"), dict) else {}
     data = ((sw.get("base") or {}).get("data") or {}) if isinstance(sw.get("base"), dict) else {}
@@ -213,8 +255,9 @@ def made_by(sweep_dir: str | Path) -> str:
         v = grid.get(key)
         if isinstance(v, (list, tuple)) and v:
             parts.append(f"{name} {', '.join(f'{x:g}' if isinstance(x, float) else str(x) for x in v)}")
-    return ("no command line is recorded; the settings are in sweep.yaml (written by "
-            "anchorviz sweep / anchorviz demo)" + (": " + "; ".join(parts) if parts else ""))
+    return ("no command line is recorded (the folder was made from Python, or by a version "
+            "that did not record one); the settings are in sweep.yaml"
+            + (": " + "; ".join(parts) if parts else ""))
 
 
 # --------------------------------------------------------------------------- top of the page
@@ -330,8 +373,52 @@ def _verdict_blocks(results: pd.DataFrame, setting: dict) -> list[dict[str, Any]
         else:
             status, head = "no", f"Failure mode{at}: no. {fm['reason']}."
         out.append({"setting": setting, "strength": s, "status": status, "headline": head,
-                    "lines": lines})
+                    "lines": lines, "plain": plain_verdict(fm, at)})
     return out
+
+
+def plain_verdict(fm: dict, where: str = "") -> str:
+    """One sentence in plain words from a `anchorviz.analysis.summary.failure_mode` result:
+    what the student gained in and out of distribution and whether the gap passes its seed
+    interval; abbreviations spelled out. ``where``: e.g. " at artefact strength 0.9"."""
+    n, method = fm["n_seeds"], fm.get("method", "naive")
+    if fm["missing"] or n == 0:
+        return f"No verdict{where}: {fm['reason']}."
+    wrg = 100.0 * fm["wrg"]["mean"]
+
+    def vs_teacher(x: float) -> str:
+        return (f"beats its weak teacher by {x:.1f} points" if x >= 0 else
+                f"falls {-x:.1f} points behind its weak teacher")
+
+    p = fm["pooled"]
+    if n < 2 or p is None:
+        return (f"One seed{where}: the {method} student {vs_teacher(wrg)} in distribution (ID), "
+                "but one seed gives no interval, so there is no verdict; run three or more.")
+    aog = 100.0 * p["aog"]["mean"]
+    head = (f"Over {n} seeds{where}, the {method} student {vs_teacher(wrg)} in distribution "
+            "(ID: the source's own test pairs) ")
+    if aog >= 0 and wrg >= 0:
+        head += "but by only" if aog < wrg else "and by"
+        head += f" {aog:.1f}"
+    elif aog >= 0:
+        head += f"and beats it by {aog:.1f}"
+    else:
+        head += f"{'but' if wrg >= 0 else 'and'} falls {-aog:.1f} behind it"
+    head += " out of distribution (OOD: the new domains)"
+    if fm["failure_mode"]:
+        where_t = ("" if p.get("failure_mode") else
+                   f" on {', '.join(fm['failure_targets'])}")
+        tail = (f": {100.0 * p['mean']:.1f} points of its gain do not carry over{where_t}, more "
+                "than the spread over seeds explains, the failure mode"
+                + (" in its strict form (worse than the teacher on the new domains)."
+                   if fm["strict"] else "."))
+    elif not fm["wrg"]["above_zero"]:
+        tail = ("; its gain in distribution is not reliably above 0 over these seeds, so there "
+                "is no failure mode to show.")
+    else:
+        tail = ("; within the spread over seeds the gain carries over, so this folder does not "
+                "show the failure mode.")
+    return head + tail
 
 
 def label_warning(results: pd.DataFrame) -> str | None:
@@ -704,9 +791,9 @@ def write_figures(sweep_dir: str | Path, fmt: str = "pdf", width: str | float = 
 
 
 _CSS = """
-body{font-family:system-ui,sans-serif;max-width:1200px;margin:1.5em auto;padding:0 1em;
+body{font-family:system-ui,sans-serif;max-width:1200px;margin:.8em auto;padding:0 1em;
   line-height:1.4;color:#222}
-h1{font-size:1.5em;overflow-wrap:anywhere}
+h1{font-size:1.4em;margin:.2em 0;overflow-wrap:anywhere}
 .box{border-radius:6px;padding:.7em 1em;margin:.8em 0}
 .smoke{background:#fff4ce;border:2px solid #b8860b}
 .warn{background:#fdecea;border:1px solid #c0392b}
@@ -714,6 +801,11 @@ h1{font-size:1.5em;overflow-wrap:anywhere}
 .verdict{border:1px solid #999}
 .verdict .yes{color:#8b1a1a} .verdict .no{color:#1f4e79} .verdict .none{color:#555}
 .headline{font-weight:600;margin:.2em 0 .4em}
+p.lead{font-size:1.1em;font-weight:600;margin:.3em 0 .4em}
+p.lead.yes{color:#8b1a1a} p.lead.no{color:#1f4e79} p.lead.none{color:#555}
+p.terms{font-size:13.5px;color:#333;margin:.3em 0 .8em}
+dl.glossary dt{font-weight:600;float:left;clear:left;width:5.5em}
+dl.glossary dd{margin:0 0 .3em 6em}
 pre{white-space:pre-wrap;font-size:12.5px;margin:.2em 0;overflow-wrap:anywhere}
 .tablewrap{overflow-x:auto;max-width:100%}
 table.results{border-collapse:collapse;font-size:12.5px;font-variant-numeric:tabular-nums}
@@ -798,17 +890,21 @@ def _warnings_html(sweep_dir: Path, run_ids: set[str] | None) -> str | None:
 
 
 def write_report(sweep_dir: str | Path, path: str | Path | None = None, *,
-                 run_ids: set[str] | None = None) -> Path:
+                 run_ids: set[str] | None = None, command: list[str] | None = None) -> Path:
     """Write ``report.html`` (or ``path``) for a sweep folder; returns the path.
 
     ``run_ids``: only these runs of the folder (``anchorviz demo``: its own runs, not those of
     another scenario or a notebook in the same folder); None: every finished run.
+    ``command``: the arguments of the ``anchorviz`` command writing this page (``anchorviz
+    report``), named in the header beside what made the runs.
 
-    Order: title, header (version, date, :func:`made_by`), contents, the runs' warnings
-    (:func:`run_warnings`), smoke disclaimer
-    (:func:`smoke_reasons`), scenario (:func:`scenario_lines`), verdict
-    (:func:`verdict_blocks`), label warning (:func:`label_warning`), results table, figures
-    (each with its :func:`figure_caption_for` line)."""
+    Order: the first screen (at 1280 x 800) holds the title, the verdict in one plain sentence
+    (:func:`plain_verdict`) and the verdict figure; then what the figure shows with every
+    abbreviation spelled out (:data:`GLOSSARY`), the header (version, date, :func:`made_by`),
+    contents, the runs' warnings (:func:`run_warnings`), smoke
+    disclaimer (:func:`smoke_reasons`), scenario (:func:`scenario_lines`),
+    verdict in detail (:func:`verdict_blocks`), label warning (:func:`label_warning`), results
+    table, figures (each with its :func:`figure_caption_for` line) and the glossary."""
     import datetime
 
     import anchorviz
@@ -850,31 +946,46 @@ def write_report(sweep_dir: str | Path, path: str | Path | None = None, *,
                    "a column for each, the verdict is given per setting, and each figure shows "
                    "one setting, named in its title. Give each setting its own folder to see "
                    "them all in figures.</div>")
+    blocks = verdict_blocks(results)
+    if len(blocks) == 1:
+        status, plain = blocks[0]["status"], blocks[0]["plain"]
+    else:
+        shown = sum(b["status"] == "yes" for b in blocks)
+        status = "yes" if shown else ("no" if any(b["status"] == "no" for b in blocks) else
+                                      "none")
+        plain = (f"This folder holds {len(blocks)} settings, never pooled: the failure mode shows "
+                 f"in {shown} of them (each one's verdict is below, the figure shows one).")
+    if smoke["smoke"] and len(smoke["smoke"]) >= smoke["total"]:
+        plain = "Smoke run, not a result. " + plain
     top.append("<div class='box scenario' id='scenario'><b>Scenario.</b> "
                + "<br>".join(esc(x) for x in scenario_lines(sweep_dir, results)) + "</div>")
     verdict = ["<div class='box verdict' id='verdict'><b>Verdict</b> (computed from the "
                "results table by <code>anchorviz.analysis.summary.failure_mode</code>, the same function "
                "<code>anchorviz demo</code> prints):"]
-    for b in verdict_blocks(results):
+    for b in blocks:
         verdict.append(f"<p class='headline {b['status']}'>{esc(b['headline'])}</p>"
                        f"<pre>{esc(chr(10).join(b['lines']))}</pre>")
     verdict.append("</div>")
     top.append("".join(verdict))
     first = True
+    lead_html = ""
     lead = _lead_figure(sweep_dir, results)
     if lead is not None:  # the verdict, seed by seed: what a learner should see first
-        top.append("<div id='lead-figure'><h2>The verdict, seed by seed</h2><p>Each row is one "
-                   "seed: the diamond is how much the naive student beats its weak teacher in "
-                   "distribution (WRG), the circle how much out of distribution (AOG); the teacher "
-                   "sits at 0. The grey bar between them is the gain that did not carry over; the "
-                   "last row is its mean with the 95% interval over seeds. The right panel splits "
-                   "each WRG: the red part is earned on marked pairs the teacher could not read "
-                   "(the shortcut).</p>"
-                   + lead.to_html(full_html=False, include_plotlyjs="inline",
-                                  default_width="100%",
-                                  default_height=f"{lead.layout.height or 420}px",
-                                  config={"responsive": True}) + "</div>")
+        lead_html = ("<div id='lead-figure'>"
+                     + lead.to_html(full_html=False, include_plotlyjs="inline",
+                                    default_width="100%",
+                                    default_height=f"{lead.layout.height or 420}px",
+                                    config={"responsive": True}) + "</div>")
         first = False
+    terms = ("<p class='terms' id='terms'>" + ((
+        "<b>The figure.</b> Each row is one seed: the diamond is how much the naive "
+        "weak-to-strong (W2S) student beats its weak teacher in distribution, its weak-to-strong "
+        "raw gain (WRG); the circle how much out of distribution, its absolute out-of-distribution "
+        "gain (AOG); the teacher sits at 0. The grey bar between them is the gain that did not "
+        "carry over; the last row is its mean with the 95% interval over seeds. A right panel, "
+        "when there is one, splits each WRG: the red part is earned on marked pairs the teacher "
+        "could not read (the shortcut). ") if lead is not None else "")
+        + "<b>Terms</b> (glossary at the end): " + esc(terms_line()) + "</p>")
     warn = label_warning(results)
     if warn:
         top.append(f"<div class='box warn' id='label-warning'><b>⚠ Labels.</b> {esc(warn)}</div>")
@@ -904,23 +1015,35 @@ def write_report(sweep_dir: str | Path, path: str | Path | None = None, *,
     # contents: every block at the top that has an id, the table, then each figure
     import re
 
-    names = {"smoke": "Smoke run", "mixed": "Mixed settings", "scenario": "Scenario",
+    names = {"missing-runs": "Missing runs", "smoke": "Smoke run", "mixed": "Mixed settings",
+             "scenario": "Scenario",
              "verdict": "Verdict", "lead-figure": "The verdict, seed by seed",
              "label-warning": "Label warning", "run-warnings": "Warnings the runs logged"}
-    toc = [(m, names[m]) for block in top for m in re.findall(r"id='([\w-]+)'", block)
-           if m in names]
-    toc += [("results", "Results"), *fig_toc]
+    toc = [("lead-figure", names["lead-figure"])] if lead is not None else []
+    toc += [(m, names[m]) for block in top for m in re.findall(r"id='([\w-]+)'", block)
+            if m in names]
+    toc += [("results", "Results"), *fig_toc, ("glossary", "Glossary")]
     toc_html = ("<nav class='toc' id='contents'><b>Contents</b><ol>"
                 + "".join(f"<li><a href='#{a}'>{esc(t)}</a></li>" for a, t in toc)
                 + "</ol></nav>")
     written = datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z").strip()
-    header = (f"<p class='meta' id='header'>anchorviz {esc(anchorviz.__version__)} · report "
-              f"written {esc(written)} · made by: {esc(made_by(sweep_dir))}</p>")
+    import shlex
+
+    page_by = (f" · this page by: {esc(shlex.join(['anchorviz', *command]))}" if command else "")
+    header = (f"<p class='meta' id='header'>folder {esc(str(sweep_dir))} · anchorviz "
+              f"{esc(anchorviz.__version__)} · report written {esc(written)} · runs made by: "
+              f"{esc(made_by(sweep_dir))}{page_by}</p>")
+    glossary = ("<section id='glossary'><h2>Glossary</h2><dl class='glossary'>"
+                + "".join(f"<dt>{esc(k)}</dt><dd>{esc(v[0])}: {esc(v[1])}.</dd>"
+                          for k, v in GLOSSARY.items()) + "</dl></section>")
     doc = f"""<!doctype html><html><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>anchorviz report: {esc(sweep_dir.name)}</title>
 <style>{_CSS}</style></head><body>
-<h1>anchorviz report: {esc(str(sweep_dir))}</h1>
+<h1>anchorviz report: {esc(sweep_dir.name)}</h1>
+<p class='lead {status}' id='verdict-sentence'>{esc(plain)}</p>
+{lead_html}
+{terms}
 {header}
 {toc_html}
 {chr(10).join(top)}
@@ -938,6 +1061,7 @@ reference, mean over the targets. Label conf. = mean max(q, 1 - q) of the labels
 trained on.</p>
 {_table_html(results)}</section>
 {chr(10).join(parts)}
+{glossary}
 </body></html>"""
     write_atomic(path, lambda tmp: tmp.write_text(doc, encoding="utf-8"))
     return path
