@@ -17,6 +17,8 @@ Every name the README and the notebooks use is importable from here, loaded on f
 import importlib
 import logging
 
+from anchorviz import config as _config
+
 __version__ = "0.2.0"  # also the package version (pyproject: dynamic); CHANGELOG.md
 
 # name -> the module that holds it: the one documented entry point (README, notebooks)
@@ -44,7 +46,8 @@ _HOMES = {
     "anchorviz.viz.projection": ["umap_figure"],
     "anchorviz.viz.verdict": ["verdict_figure"],
     "anchorviz.viz.cues": ["cue_reliance_figure"],
-    "anchorviz.analysis.story": ["load_story"],
+    "anchorviz.analysis.story": ["MIN_SLICE", "drift_summary", "load_story", "slice_contrast",
+                                 "slice_summary"],
     "anchorviz.viz.story": ["StoryExplorer", "cue_audit_figure", "export_story", "slice_figure",
                             "target_drift_figure"],
     "anchorviz.viz.training": ["UNINFORMATIVE_BELOW", "label_confidence_figure",
@@ -56,6 +59,22 @@ _HOMES = {
 _PUBLIC = {name: module for module, names in _HOMES.items() for name in names}
 
 __all__ = ["__version__", *_PUBLIC]
+
+
+def _check_in_stages(cfg) -> None:
+    """The run-config checks that need a stage's knowledge, run by every `RunConfig.validate`
+    (config imports no stage; the package root wires the stages' checks into it)."""
+    # lazy: the stages (pandas, torch) load on the first validation, not at `import anchorviz`
+    from anchorviz.data.entries import check_data_settings
+    from anchorviz.models.checks import check_model_settings
+    from anchorviz.training.checks import check_training_settings
+
+    check_training_settings(cfg)
+    check_model_settings(cfg)
+    check_data_settings(cfg)
+
+
+_config.add_stage_check(_check_in_stages)
 
 
 def __getattr__(name: str):

@@ -11,6 +11,7 @@ import logging
 import sys
 from pathlib import Path
 
+from anchorviz.choices import PROJECTIONS
 from anchorviz.pipeline.demo import (
     DEFAULT_SCENARIO,
     OVERLAYS,
@@ -618,7 +619,7 @@ def build_parser() -> argparse.ArgumentParser:
     an.add_argument("--batch-size", type=_positive_int, default=16)
     an.add_argument("--device", default="cpu")
     an.add_argument("--seed", type=int, default=0)
-    an.add_argument("--projection", choices=["auto", "umap", "pca", "none"], default="auto")
+    an.add_argument("--projection", choices=PROJECTIONS, default="auto")
     an.add_argument("--chat-template", action="store_true",
                     help="render prompts and responses with the tokenizer's chat template")
     an.add_argument("--trust-remote-code", action="store_true")

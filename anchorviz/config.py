@@ -10,61 +10,61 @@ through `parse_sets` / `apply_sets`. Sweep configs (a base config and a grid) ar
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import logging
 import math
-import os
-import re
 import types
 import typing
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import yaml
+
+from anchorviz.choices import (
+    ANCHOR_NORMALISATIONS,
+    ARTIFACT_KINDS,
+    ATTENTION,
+    DTYPES,
+    GROUP_KEYS,
+    METHODS,
+    OPTIMIZERS,
+    POOLINGS,
+    PROJECTIONS,
+    REFERENCES,
+    TARGET_MODES,
+    TEACHER_FORMS,
+    is_layer_spec,
+)
+from anchorviz.paths import read_yaml
+
 logger = logging.getLogger(__name__)
 
 __all__ = [
-    "ATTENTION",
-    "OPTIMIZERS",
     "TrainConfig",
     "TrainError",
-    "DATASET_ENTRY_KEYS",
-    "METHODS",
     "CaptureConfig",
     "ConfigError",
     "DataConfig",
     "MethodConfig",
     "ModelsConfig",
     "RunConfig",
-    "model_shape",
     "TUNED_TRAIN",
-    "check_dataset_entry",
+    "add_stage_check",
     "coerce_number",
     "config_from_dict",
-    "dataset_label",
-    "dataset_path",
     "apply_sets",
     "load_config",
-    "normalise_dataset_entry",
     "parse_sets",
     "read_settings_file",
     "set_dotted",
-    "target_name",
     "with_overrides",
 ]
 
 
-METHODS = ("naive", "confidence", "anchor", "seam")
-
-# the choices of `ModelsConfig.attention` (transformers' ``attn_implementation``; "auto": its own)
-ATTENTION = ("auto", "eager", "sdpa")
-
-
 class ConfigError(ValueError):
     """A config value or key that is not allowed; the message names the key and what is expected."""
-
-
-# the optimiser choices of `TrainConfig.optimizer` (anchorviz.training.loop builds them)
-OPTIMIZERS = ("adamw_fused", "adamw_foreach", "adamw")
 
 
 class TrainError(ValueError):
@@ -127,9 +127,10 @@ class DataConfig:
 
     ``source`` and each of ``targets``: a dataset name (``anchorviz datasets``), a local file or
     folder (jsonl / json / parquet / csv / tsv), a hub id, or a mapping ``{path: ..., name: ...,
-    column_map: {...}}`` (`DATASET_ENTRY_KEYS`; docs/YOUR_DATA.md): ``column_map`` renames the
-    file's columns (``{chosen: good, rejected: bad, prompt: question}``), ``name`` is the short
-    name used in split, column and file names and as the domain label."""
+    column_map: {...}}`` (`anchorviz.data.entries.DATASET_ENTRY_KEYS`; docs/YOUR_DATA.md):
+    ``column_map`` renames the file's columns (``{chosen: good, rejected: bad, prompt:
+    question}``), ``name`` is the short name used in split, column and file names and as the
+    domain label. The data stage checks them (`anchorviz.data.entries.check_data_settings`)."""
 
     source: str | dict = "vader-movie"
     targets: list[str | dict] = field(
@@ -209,6 +210,21 @@ class CaptureConfig:
     n_boot: int = 1000
 
 
+# The checks that need a stage's knowledge live in those stages, and config imports none of
+# them (config is the foundation every stage builds on): the data stage checks the dataset
+# entries (anchorviz.data.entries), the models stage the model names and shapes
+# (anchorviz.models.checks), the training stage the devices, SEAM's backbone and the trackers
+# (anchorviz.training.checks). `anchorviz/__init__.py` registers them, so every
+# `RunConfig.validate` runs them after the config's own checks, before anything loads or trains.
+_STAGE_CHECKS: list[Callable[[RunConfig], None]] = []
+
+
+def add_stage_check(check: Callable[[RunConfig], None]) -> None:
+    """Run ``check(cfg)`` (raising `ConfigError`) at the end of every `RunConfig.validate`."""
+    if check not in _STAGE_CHECKS:
+        _STAGE_CHECKS.append(check)
+
+
 # RunConfig's training defaults for teacher, ceiling and student (chosen on the demo's source
 # validation split; docs/RESULTS.md, "Hyper-parameters")
 TUNED_TRAIN = {"lr": 5e-5, "head_lr": 2e-3, "epochs": 2.0, "batch_size": 16}
@@ -237,13 +253,6 @@ class RunConfig:
         d, m = self.data, self.method
         if m.name not in METHODS:
             raise ConfigError(f"method.name must be one of {METHODS}, got {m.name!r}")
-        if m.name == "seam":
-            from anchorviz.training.seam import check_generative
-
-            try:
-                check_generative(self.models.student)
-            except ValueError as err:
-                raise ConfigError(f"method 'seam': {err}") from None
         if not (isinstance(m.anchor_lambda, (int, float)) and math.isfinite(m.anchor_lambda)
                 and m.anchor_lambda >= 0):
             raise ConfigError(f"method.anchor_lambda must be a finite number >= 0, got {m.anchor_lambda!r}")
@@ -251,18 +260,17 @@ class RunConfig:
             logger.warning("method anchor with anchor_lambda 0 trains exactly like naive")
         if not m.label_temperature > 0:
             raise ConfigError(f"method.label_temperature must be > 0, got {m.label_temperature!r}")
-        from anchorviz.training.losses import is_layer_spec
-
         if not is_layer_spec(m.anchor_layers):
             raise ConfigError("method.anchor_layers must be 'last', 'middle', 'all' or comma-separated "
                               f"layer indices >= 0 such as '3,5', got {m.anchor_layers!r}")
-        if m.anchor_normalise not in ("pair", "token"):
-            raise ConfigError(f"method.anchor_normalise must be pair|token, got {m.anchor_normalise!r}")
-        if m.reference not in ("auto", "copy", "adapter_off", "cached"):
-            raise ConfigError(f"method.reference must be auto|copy|adapter_off|cached, got {m.reference!r}")
-        if d.artifact_kind not in ("none", "marker", "order", "echo", "length"):
-            raise ConfigError("data.artifact_kind must be none|marker|order|echo|length, got "
-                              f"{d.artifact_kind!r}")
+        if m.anchor_normalise not in ANCHOR_NORMALISATIONS:
+            raise ConfigError(f"method.anchor_normalise must be {'|'.join(ANCHOR_NORMALISATIONS)}, "
+                              f"got {m.anchor_normalise!r}")
+        if m.reference not in REFERENCES:
+            raise ConfigError(f"method.reference must be {'|'.join(REFERENCES)}, got {m.reference!r}")
+        if d.artifact_kind not in ("none", *ARTIFACT_KINDS):
+            raise ConfigError(f"data.artifact_kind must be {'|'.join(('none', *ARTIFACT_KINDS))}, "
+                              f"got {d.artifact_kind!r}")
         if not (isinstance(d.artifact_teacher_visibility, (int, float))
                 and 0 <= d.artifact_teacher_visibility <= 1):
             raise ConfigError("data.artifact_teacher_visibility must be in [0, 1], got "
@@ -270,8 +278,8 @@ class RunConfig:
         if d.artifact_teacher_visibility < 1 and d.artifact_kind == "none":
             raise ConfigError("data.artifact_teacher_visibility < 1 needs an artefact "
                               "(data.artifact_kind marker, order, echo or length)")
-        if d.artifact_teacher_form not in ("same", "marker"):
-            raise ConfigError("data.artifact_teacher_form must be same|marker, got "
+        if d.artifact_teacher_form not in TEACHER_FORMS:
+            raise ConfigError(f"data.artifact_teacher_form must be {'|'.join(TEACHER_FORMS)}, got "
                               f"{d.artifact_teacher_form!r}")
         if d.artifact_teacher_form == "marker" and d.artifact_kind not in ("order", "echo"):
             raise ConfigError("data.artifact_teacher_form 'marker' replaces an order or echo cue "
@@ -279,15 +287,15 @@ class RunConfig:
                               f"{d.artifact_kind!r}")
         if not 0 <= d.artifact_strength <= 1:
             raise ConfigError(f"data.artifact_strength must be in [0, 1], got {d.artifact_strength!r}")
-        if d.artifact_target_mode not in ("absent", "neutral", "reversed"):
-            raise ConfigError("data.artifact_target_mode must be absent|neutral|reversed, got "
+        if d.artifact_target_mode not in TARGET_MODES:
+            raise ConfigError(f"data.artifact_target_mode must be {'|'.join(TARGET_MODES)}, got "
                               f"{d.artifact_target_mode!r}")
         if not (isinstance(d.split_seed, int) and d.split_seed >= 0):
             raise ConfigError(f"data.split_seed must be an integer >= 0, got {d.split_seed!r}")
         if not (isinstance(self.seed, int) and self.seed >= 0):
             raise ConfigError(f"seed must be an integer >= 0, got {self.seed!r}")
-        if d.group_key not in ("auto", "prompt", "none"):
-            raise ConfigError(f"data.group_key must be auto|prompt|none, got {d.group_key!r}")
+        if d.group_key not in GROUP_KEYS:
+            raise ConfigError(f"data.group_key must be {'|'.join(GROUP_KEYS)}, got {d.group_key!r}")
         if isinstance(d.target_test, str) and d.target_test != "all":
             raise ConfigError("data.target_test must be a number of pairs >= 1 or 'all', got "
                               f"{d.target_test!r}")
@@ -296,45 +304,38 @@ class RunConfig:
                 raise ConfigError(f"data.{k} must be >= 1 pairs, got {getattr(d, k)!r}")
         if not d.targets:
             raise ConfigError("data.targets must list at least one target dataset")
-        if self.models.dtype not in ("float32", "bfloat16"):
-            raise ConfigError(f"models.dtype must be float32 or bfloat16, got {self.models.dtype!r}")
+        if self.models.dtype not in DTYPES:
+            raise ConfigError(f"models.dtype must be {' or '.join(DTYPES)}, got {self.models.dtype!r}")
         if self.models.attention not in ATTENTION:
             raise ConfigError(f"models.attention must be one of {', '.join(ATTENTION)}, got "
                               f"{self.models.attention!r}")
-        if self.capture.projection not in ("auto", "umap", "pca", "none"):
-            raise ConfigError(f"capture.projection must be auto|umap|pca|none, got {self.capture.projection!r}")
+        if self.capture.projection not in PROJECTIONS:
+            raise ConfigError(f"capture.projection must be {'|'.join(PROJECTIONS)}, got "
+                              f"{self.capture.projection!r}")
         for name in ("teacher_train", "student_train"):
             try:
                 getattr(self, name).validate()
             except TrainError as err:  # say which of the two sections
                 raise ConfigError(f"{name}: {err}") from None
         self._validate_more()
-        from anchorviz.training.tracking import TrackingError, check_report_to
-
-        try:
-            self.report_to = check_report_to(self.report_to)
-        except TrackingError as err:
-            raise ConfigError(str(err)) from None
+        if not _STAGE_CHECKS:
+            raise RuntimeError("no stage checks registered: import anchorviz registers them")
+        for check in _STAGE_CHECKS:
+            check(self)
         return self
 
     def _validate_more(self) -> None:
         """The checks that once passed validation and failed only after the teacher had trained
-        (or passed silently): devices, capture settings, sizes, names, the protocol's inputs."""
-        from anchorviz.models.reward_model import POOLINGS
-
+        (or passed silently): capture settings, sizes, names."""
         d, m, c = self.data, self.method, self.capture
         for name in ("teacher_train", "student_train"):
-            t = getattr(self, name)
-            _check_device(t.device, f"{name}.device")
-            _check_int(t.eval_every, f"{name}.eval_every", 0, "(optimiser steps between "
-                       "validations; 0 = once per epoch)")
+            _check_int(getattr(self, name).eval_every, f"{name}.eval_every", 0, "(optimiser "
+                       "steps between validations; 0 = once per epoch)")
         _check_int(d.max_length, "data.max_length", 4, "tokens")
         _check_int(c.batch_size, "capture.batch_size", 1, "pairs")
         _check_int(c.token_sample, "capture.token_sample", 0, "(0 = no token sample)")
         _check_int(c.projection_fit_rows, "capture.projection_fit_rows", 2, "rows")
         _check_int(c.n_boot, "capture.n_boot", 1, "bootstrap resamples")
-        from anchorviz.training.losses import is_layer_spec
-
         if not is_layer_spec(c.layers):
             raise ConfigError("capture.layers must be 'all', 'last', 'middle' or comma-separated "
                               f"layer indices >= 0 such as '0,3,6', got {c.layers!r}")
@@ -345,269 +346,18 @@ class RunConfig:
             if not (isinstance(v, str) and v.strip()):
                 raise ConfigError(f"models.{k} must name a zoo model, a local folder or a hub id, "
                                   f"got {v!r}")
-            _check_model_name(v, f"models.{k}")
         if not (isinstance(m.aux_coef, (int, float)) and 0 <= m.aux_coef <= 1):
             raise ConfigError(f"method.aux_coef must be in [0, 1], got {m.aux_coef!r}")
         if not (isinstance(m.aux_warmup_frac, (int, float)) and 0 <= m.aux_warmup_frac <= 1):
             raise ConfigError(f"method.aux_warmup_frac must be in [0, 1], got {m.aux_warmup_frac!r}")
-        self._check_against_models()
-        check_dataset_entry(d.source, "data.source")
         if not isinstance(d.targets, list):
             raise ConfigError(f"data.targets must be a list of datasets, got {d.targets!r}")
-        names: dict[str, Any] = {}
-        for i, t in enumerate(d.targets):
-            check_dataset_entry(t, f"data.targets[{i}]")
-            if _same_dataset(dataset_path(t), dataset_path(d.source)):
-                raise ConfigError(
-                    f"data.targets: {t!r} is the source dataset ({d.source!r}); a target must be "
-                    "another dataset, or its 'out-of-distribution' accuracy is in-distribution")
-            short = target_name(t)
-            if short in names:
-                raise ConfigError(
-                    f"data.targets: {t!r} and {names[short]!r} are the same target (both named "
-                    f"{short!r}); give one a short name of its own: {{path: ..., name: ...}}")
-            names[short] = t
 
-
-    def _check_against_models(self) -> None:
-        """Layer indices (``method.anchor_layers`` and ``capture.layers``: the student's) and
-        ``data.max_length`` (both models') against the models' sizes where they are known
-        without loading anything (`model_shape`); otherwise the check happens when the model
-        loads, as logged here."""
-        from anchorviz.training.losses import parse_layer_spec
-
-        shapes = {k: model_shape(getattr(self.models, k)) for k in ("teacher", "student")}
-        student = shapes["student"]
-        for field_, spec in (("method.anchor_layers", self.method.anchor_layers),
-                             ("capture.layers", self.capture.layers)):
-            layers = parse_layer_spec(spec)
-            if isinstance(layers, str):
-                continue
-            if student.get("n_layers") is None:
-                logger.info("%s %r: the layer count of models.student %r is not known before it "
-                            "loads; checked then", field_, spec, self.models.student)
-                continue
-            n = student["n_layers"]
-            for layer in layers:
-                if layer > n:
-                    raise ConfigError(
-                        f"{field_} {spec!r}: layer {layer} is outside the student "
-                        f"{self.models.student!r}, whose hidden states are 0 (embeddings) .. "
-                        f"{n} (the last of its {n} blocks)")
-        for k, shape in shapes.items():
-            most = shape.get("max_positions")
-            if isinstance(most, int) and self.data.max_length > most:
-                raise ConfigError(
-                    f"data.max_length {self.data.max_length} is more than models.{k} "
-                    f"{getattr(self.models, k)!r} reads: {most} positions "
-                    "(max_position_embeddings); set data.max_length <= " + str(most))
-
-
-def model_shape(name: str) -> dict[str, int | None]:
-    """``{"n_layers", "max_positions"}`` of a model, from what is known without loading it:
-    the zoo catalogue's layer count, and the ``config.json`` of a local folder or of a zoo
-    model's prepared folder (``num_hidden_layers`` / ``n_layer``, ``max_position_embeddings`` /
-    ``n_positions``). Unknown values are None (a hub id not downloaded)."""
-    import json
-
-    from anchorviz.models.zoo import ZOO, model_dir
-
-    out: dict[str, int | None] = {"n_layers": None, "max_positions": None}
-    if name in ZOO:
-        out["n_layers"] = ZOO[name].n_layers
-        folder = model_dir(name)
-    else:
-        folder = Path(name).expanduser()
-    cfg_file = folder / "config.json"
-    if cfg_file.is_file():
-        try:
-            cfg = json.loads(cfg_file.read_text())
-        except (OSError, ValueError):
-            return out  # the loader names the broken file
-        if isinstance(cfg, dict):
-            for key, names in (("n_layers", ("num_hidden_layers", "n_layer")),
-                               ("max_positions", ("max_position_embeddings", "n_positions"))):
-                v = next((cfg[n] for n in names if isinstance(cfg.get(n), int)), None)
-                if v is not None:
-                    out[key] = v
-    return out
-
-
-_HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*")
-
-
-def _check_model_name(name: str, where: str) -> None:
-    """`ConfigError` naming ``where`` unless ``name`` is a zoo model, an existing local folder
-    or a plausible hub id (``org/name``): checked before anything trains, so a misspelt student
-    fails now, not after the teacher has trained. Nothing is downloaded or prepared here."""
-    from anchorviz.models.zoo import ZOO, unknown_message
-
-    if name in ZOO:
-        return
-    path = Path(name).expanduser()
-    if path.is_dir():
-        return
-    if path.exists():
-        raise ConfigError(f"{where}: {name!r} is a file; a model must be a folder (config.json "
-                          "+ weights), a zoo name or a hub id")
-    if path.is_absolute() or name.startswith((".", "~")) or "\\" in name:
-        raise ConfigError(f"{where}: model folder {name!r} does not exist")
-    if _HUB_ID.fullmatch(name) and ".." not in name:
-        return
-    if "/" in name:
-        raise ConfigError(f"{where}: {name!r} is neither a local folder nor an 'org/name' hub id")
-    raise ConfigError(f"{where}: {unknown_message(name)}")
-
-
-#: the keys of a dataset given as a mapping in ``data.source`` / ``data.targets``
-DATASET_ENTRY_KEYS = ("path", "name", "column_map")
-
-
-_SHORT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
-
-
-_ENTRY_FORM = ("a dataset name, a local file / folder, a hub id, or a mapping "
-               "{path: ..., name: ..., column_map: {field: column}}")
-
-
-def dataset_path(entry: str | dict) -> str:
-    """The dataset name, local path or hub id of a ``data.source`` / ``data.targets`` entry."""
-    return entry["path"] if isinstance(entry, dict) else entry
-
-
-def dataset_label(entry: str | dict) -> str:
-    """How tables name an entry: its ``name``, else its path or dataset name."""
-    if isinstance(entry, dict):
-        return str(entry.get("name") or entry.get("path"))
-    return str(entry)
-
-
-def normalise_dataset_entry(entry: str | dict) -> str | dict:
-    """The canonical form of an entry: a mapping that only gives ``path`` (no name, no column
-    map) is the path itself, so ``{path: x}`` and ``x`` make the same run ids; empty settings
-    are dropped."""
-    if not isinstance(entry, dict):
-        return entry
-    out = {k: v for k, v in entry.items() if v not in (None, {}, "")}
-    return out["path"] if set(out) == {"path"} else out
-
-
-def check_dataset_entry(entry: Any, where: str) -> None:
-    """`ConfigError` naming ``where`` unless ``entry`` is a dataset of `_ENTRY_FORM`; a
-    ``column_map`` must name fields of the adapter that will read the data."""
-    if isinstance(entry, str):
-        if not entry.strip():
-            raise ConfigError(f"{where} must be {_ENTRY_FORM}, got {entry!r}")
-        return
-    if not isinstance(entry, dict):
-        raise ConfigError(f"{where} must be {_ENTRY_FORM}, got {entry!r}")
-    unknown = sorted(set(entry) - set(DATASET_ENTRY_KEYS))
-    if unknown:
-        raise ConfigError(f"{where}: unknown key(s) {unknown}; allowed: {list(DATASET_ENTRY_KEYS)}")
-    path = entry.get("path")
-    if not (isinstance(path, str) and path.strip()):
-        raise ConfigError(f"{where}.path must name a dataset, a local file or a hub id, got "
-                          f"{path!r}")
-    name = entry.get("name")
-    if name is not None and not (isinstance(name, str) and _SHORT_NAME.fullmatch(name)):
-        raise ConfigError(f"{where}.name must be a short name (letters, digits, '.', '_', '-'; "
-                          f"at most 64 characters, no '/'), got {name!r}")
-    cmap = entry.get("column_map")
-    if cmap is None:
-        return
-    if not isinstance(cmap, dict):
-        raise ConfigError(f"{where}.column_map must map fields to column names, e.g. "
-                          f"{{chosen: good, rejected: bad}}, got {cmap!r}")
-    for k, v in cmap.items():
-        ok = v is None or isinstance(v, str) or (isinstance(v, list) and v
-                                                 and all(isinstance(c, str) for c in v))
-        if not ok:
-            raise ConfigError(f"{where}.column_map.{k}: expected a column name (or null: no "
-                              f"such column, or a list of candidate names), got {v!r}")
-    from anchorviz.data.adapters import ADAPTERS
-
-    manifests = dataset_manifests()
-    adapter = manifests[path]["adapter"] if path in manifests else "pairs"
-    if adapter not in ADAPTERS:
-        raise ConfigError(f"{where}.column_map: dataset {path!r} has no columns to map")
-    fields = sorted(ADAPTERS[adapter].fields)
-    bad = sorted(set(cmap) - set(fields))
-    if bad:
-        raise ConfigError(f"{where}.column_map: {bad} are not fields of the {adapter!r} reader; "
-                          f"its fields: {fields} (map each field to your file's column)")
 
 
 def _check_int(value: Any, where: str, low: int, unit: str) -> None:
     if not (isinstance(value, int) and not isinstance(value, bool) and value >= low):
         raise ConfigError(f"{where} must be an integer >= {low} {unit}, got {value!r}")
-
-
-def _check_device(device: Any, where: str) -> None:
-    """A device torch knows and this machine has: ``cpu``, ``cuda[:i]`` or ``mps``.
-    ``$ANCHORVIZ_REMOTE_DEVICES=1`` skips the "this machine has it" part, for a driver that
-    only hands the runs to other machines (e.g. GPU workers of a Ray cluster)."""
-    import torch
-
-    if not isinstance(device, str) or not device.strip():
-        raise ConfigError(f"{where} must be a device name such as 'cpu' or 'cuda', got {device!r}")
-    try:
-        dev = torch.device(device)
-    except (RuntimeError, ValueError):
-        raise ConfigError(f"{where}: {device!r} is not a device; use 'cpu', 'cuda', "
-                          "'cuda:<index>' or 'mps'") from None
-    if dev.type not in ("cpu", "cuda", "mps"):
-        raise ConfigError(f"{where}: device type {dev.type!r} is not supported (cpu, cuda, mps)")
-    if dev.type == "cpu" or os.environ.get("ANCHORVIZ_REMOTE_DEVICES", "") in ("1", "true", "yes"):
-        return
-    if dev.type == "cuda":
-        if not torch.cuda.is_available():
-            built = f"CUDA {torch.version.cuda}" if torch.version.cuda else "without CUDA"
-            raise ConfigError(f"{where} is {device!r} but CUDA is not available here (torch "
-                              f"{torch.__version__}, built {built}); set {where}: cpu (or "
-                              "ANCHORVIZ_REMOTE_DEVICES=1 when other machines run the work)")
-        if dev.index is not None and dev.index >= torch.cuda.device_count():
-            raise ConfigError(f"{where} is {device!r} but this machine has "
-                              f"{torch.cuda.device_count()} CUDA device(s)")
-        return
-    if dev.type == "mps":
-        if not torch.backends.mps.is_available():
-            raise ConfigError(f"{where} is {device!r} but MPS is not available here; set {where}: cpu")
-
-
-_MANIFESTS: dict[str, dict] = {}
-
-
-def dataset_manifests() -> typing.Mapping[str, dict]:
-    """The named datasets' manifests (read once per process: keys and validation ask often), as
-    a read-only view: no caller can change what the next one reads."""
-    if not _MANIFESTS:
-        from anchorviz.data.readers import known_manifests
-
-        _MANIFESTS.update(known_manifests())
-    return types.MappingProxyType(_MANIFESTS)
-
-
-def _dataset_identity(name: str) -> str:
-    """A dataset's name, or the resolved file behind a local path (or a manifest's local file)."""
-    from anchorviz.data.readers import manifest_local_path
-
-    manifests = dataset_manifests()
-    if name in manifests:
-        if manifests[name].get("local_file"):
-            try:
-                return str(manifest_local_path(manifests[name]).resolve())
-            except Exception:  # realdata folder absent ...: the name alone
-                return name
-        return name
-    path = Path(name).expanduser()
-    return str(path.resolve()) if path.exists() else name
-
-
-def _same_dataset(a: str, b: str) -> bool:
-    """Same name, or the same file under another spelling of its path. (A copy under another
-    name is not refused: its pairs that overlap the source's training splits are dropped and
-    counted by the split protocol, `data.protocol_splits`.)"""
-    return a == b or _dataset_identity(a) == _dataset_identity(b)
 
 
 def _type_ok(value: Any, tp: Any) -> bool:
@@ -696,8 +446,6 @@ def read_settings_file(path: str | Path, what: str, empty_hint: str) -> tuple[An
     """``(parsed YAML, path)`` of a config or sweep file; a missing, invalid or empty file is a
     `ConfigError` naming it (an empty file, or one of comments only, would otherwise start a
     long default run)."""
-    from anchorviz.paths import read_yaml
-
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"{what} file {path} does not exist")
@@ -732,42 +480,6 @@ def with_overrides(cfg: RunConfig, **overrides: Any) -> RunConfig:
     return config_from_dict(d)
 
 
-def target_name(dataset: str | dict) -> str:
-    """Short name of a target dataset for split / column / file names: a named dataset keeps its
-    name (``vader-amazon`` -> ``amazon``), a local file or folder its stem (``/data/t.jsonl`` ->
-    ``t``, ``/data/books/`` -> ``books``), an entry ``{path: ..., name: books}`` its ``name``, a
-    hub id ``org/name`` -> ``org_name``. Not part of any run key (the key holds the entry itself).
-    It becomes part of file names (captures, drift), so it goes through the one sanitiser,
-    `anchorviz.paths.safe_component`: ``vader-../../t.jsonl`` cannot name a file outside the
-    run folder."""
-    from anchorviz.paths import safe_component
-
-    if isinstance(dataset, dict):
-        if dataset.get("name"):
-            return safe_component(str(dataset["name"]))
-        dataset = dataset_path(dataset)
-    if dataset.startswith("vader-"):
-        short = dataset.split("vader-", 1)[-1]
-    elif dataset not in dataset_manifests() and _names_a_path(dataset):
-        from anchorviz.data.readers import file_kind, strip_gz
-
-        short = strip_gz(Path(dataset).expanduser().name)
-        kind = file_kind(Path(short))
-        if kind and len(short) > len(kind):
-            short = short[: -len(kind)]
-    else:
-        short = dataset.replace("/", "_")
-    return safe_component(short)
-
-
-def _names_a_path(name: str) -> bool:
-    """A dataset string that is a local file or folder (or written as one: absolute, ``./``,
-    ``~``, or a data file's extension), not a dataset name or a hub id."""
-    from anchorviz.data.readers import looks_like_path
-
-    return Path(name).expanduser().exists() or looks_like_path(name)
-
-
 # overrides given as key=value strings (the command line's --set)
 
 
@@ -775,9 +487,6 @@ def parse_sets(items: list[str] | None) -> list[tuple[str, object]]:
     """``--set key=value`` items as ``(dotted key, value)``; the value is read as YAML (``1e-4``,
     ``true``, ``[vader-nyt, vader-amazon]``, ``{r: 8}``), so it has the type a config file
     would give it."""
-    import yaml
-
-
     out = []
     for item in items or []:
         key, sep, text = item.partition("=")
@@ -797,11 +506,6 @@ def set_dotted(tree: dict, cls, key: str, value: object, root: str = "") -> None
     """Set dotted ``key`` in ``tree`` (the ``asdict`` of dataclass ``cls``); a key that is not a
     setting is a `ConfigError` naming it (with the close matches and the section's keys). A
     free-form mapping setting (``models.student_lora``) takes any sub-key."""
-    import dataclasses
-    import difflib
-    import typing
-
-
     node, tp, parts = tree, cls, key.split(".")
     for i, part in enumerate(parts):
         where = ".".join(parts[:i]) or root.rstrip(".")
@@ -833,7 +537,6 @@ def set_dotted(tree: dict, cls, key: str, value: object, root: str = "") -> None
 
 def apply_sets(cfg, items: list[str] | None, where: str = "--set"):
     """``cfg`` (a `RunConfig`) with ``--set key=value`` overrides, validated again."""
-
     sets = parse_sets(items)
     if not sets:
         return cfg

@@ -11,8 +11,8 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from anchorviz.choices import METHODS
 from anchorviz.config import (
-    METHODS,
     ConfigError,
     RunConfig,
     coerce_number,

@@ -10,7 +10,8 @@ import yaml
 from tiny_project import save_tiny_model, tiny_config
 
 from anchorviz.cli import EXIT_CONFIG, EXIT_OK, build_parser, main
-from anchorviz.config import ConfigError, RunConfig, target_name, with_overrides
+from anchorviz.config import ConfigError, RunConfig, with_overrides
+from anchorviz.data.entries import target_name
 from anchorviz.pipeline.demo import demo_sweep
 from anchorviz.pipeline.prepare import data_config, prepare_data
 from anchorviz.sweep_config import expand_sweep

@@ -502,7 +502,7 @@ def test_check_finite_loss_catches_inf_and_truncates_ids():
 
 
 def test_layer_specs_as_configs_write_them():
-    from anchorviz.training.losses import is_layer_spec, parse_layer_spec
+    from anchorviz.choices import is_layer_spec, parse_layer_spec
 
     assert all(is_layer_spec(s) for s in ("last", "middle", "all", "3", "3,5", " 0 , 6 "))
     assert not any(is_layer_spec(s) for s in ("", "first", "Last", "3,x", "-1", "3,", None, [3]))

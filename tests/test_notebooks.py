@@ -297,6 +297,28 @@ def test_notebooks_cite_no_file_outside_the_repository():
     assert "PILOT.md" not in (NOTEBOOK_DIR / "_smoke.py").read_text()
 
 
+@pytest.mark.parametrize("name", NOTEBOOKS)
+def test_notebooks_import_anchorviz_names_only_from_its_entry_point(name):
+    """Every anchorviz name a notebook uses is imported from ``anchorviz`` itself (the README's
+    promise), never from a stage module, and resolves there."""
+    import ast
+
+    import anchorviz
+
+    code = "\n".join(line for c in _read(name).cells if c.cell_type == "code"
+                     for line in c.source.splitlines() if not line.lstrip().startswith(("%", "!")))
+    found = []
+    for node in ast.walk(ast.parse(code)):
+        if isinstance(node, ast.Import):
+            assert not any(a.name.startswith("anchorviz.") for a in node.names), ast.unparse(node)
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("anchorviz"):
+            assert node.module == "anchorviz", ast.unparse(node)
+            found += [a.name for a in node.names]
+    assert found, f"{name} imports nothing from anchorviz"
+    for n in found:
+        assert n in anchorviz.__all__ and getattr(anchorviz, n) is not None, n
+
+
 # --------------------------------------------------------------------------- execution
 
 

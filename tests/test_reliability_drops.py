@@ -7,7 +7,8 @@ import json
 
 from tiny_project import overlapping_target, tiny_config, write_pairs
 
-from anchorviz.config import dataset_label, target_name, with_overrides
+from anchorviz.config import with_overrides
+from anchorviz.data.entries import dataset_label, target_name
 from anchorviz.pipeline.keys import run_id_for, teacher_key
 from anchorviz.pipeline.prepare import data_config, data_drop_report, prepare_data, protocol_report
 from anchorviz.pipeline.steps import drop_metrics, ensure_teacher

@@ -14,7 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tiny_project import tiny_config, write_pairs
 
-from anchorviz.config import target_name, with_overrides
+from anchorviz.config import with_overrides
+from anchorviz.data.entries import target_name
 from anchorviz.pipeline.store import RunStore
 from anchorviz.pipeline.sweep import run
 

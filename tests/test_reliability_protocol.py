@@ -11,7 +11,8 @@ import yaml
 from tiny_project import overlapping_target, tiny_config
 
 from anchorviz.cli import EXIT_CONFIG, main
-from anchorviz.config import ConfigError, config_from_dict, target_name, with_overrides
+from anchorviz.config import ConfigError, config_from_dict, with_overrides
+from anchorviz.data.entries import target_name
 from anchorviz.pipeline.keys import student_key, teacher_key
 from anchorviz.pipeline.prepare import data_config, prepare_data, protocol_report
 from anchorviz.pipeline.results import base_config_columns, results_table

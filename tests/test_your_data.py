@@ -17,9 +17,9 @@ from anchorviz.config import (
     ConfigError,
     config_from_dict,
     load_config,
-    target_name,
     with_overrides,
 )
+from anchorviz.data.entries import target_name
 from anchorviz.data.schema import DataError
 from anchorviz.pipeline.keys import data_key, run_id_for, teacher_key
 from anchorviz.pipeline.prepare import prepare_data

@@ -28,10 +28,11 @@ import torch
 from safetensors.numpy import load_file, save_file
 from tqdm.auto import tqdm
 
+from anchorviz.choices import parse_layer_spec
 from anchorviz.models.reward_model import RewardModel, eval_mode, pool_states
 from anchorviz.models.tokenization import EncodedPairs, length_batches
 from anchorviz.paths import bars_off
-from anchorviz.training.losses import parse_layer_spec, resolve_anchor_layers
+from anchorviz.training.losses import resolve_anchor_layers
 
 logger = logging.getLogger(__name__)
 

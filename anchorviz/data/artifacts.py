@@ -53,17 +53,16 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from anchorviz.choices import ARTIFACT_KINDS, TARGET_MODES, TEACHER_FORMS
+
 logger = logging.getLogger(__name__)
 
 __all__ = [
-    "ARTIFACT_KINDS",
     "DEFAULT_MARKER",
     "DEFAULT_ORDER_WORDS",
     "FILLER_SENTENCES",
     "LENGTH_MODES",
     "ROLES",
-    "TARGET_MODES",
-    "TEACHER_FORMS",
     "apply_artifact",
     "artifact_label_correlation",
     "count_words",
@@ -74,8 +73,6 @@ __all__ = [
     "teacher_view",
 ]
 
-ARTIFACT_KINDS: tuple[str, ...] = ("marker", "length", "order", "echo")
-TARGET_MODES: tuple[str, ...] = ("absent", "neutral", "reversed")
 ROLES: tuple[str, ...] = ("source", "target")
 LENGTH_MODES: tuple[str, ...] = ("pad", "select")
 
@@ -483,9 +480,6 @@ def mark_teacher_visibility(pairs: pd.DataFrame, visibility: float, seed: int) -
     out["meta"] = metas
     out.attrs = dict(pairs.attrs)
     return out
-
-
-TEACHER_FORMS: tuple[str, ...] = ("same", "marker")
 
 
 def teacher_view(pairs: pd.DataFrame, form: str = "same") -> pd.DataFrame:

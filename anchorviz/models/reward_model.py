@@ -20,13 +20,14 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from anchorviz.choices import POOLINGS
+
 logger = logging.getLogger(__name__)
 
 __all__ = [
     "CHECKPOINT_FILE",
     "CHECKPOINT_FORMAT",
     "ModelError",
-    "POOLINGS",
     "LOAD_ERRORS",
     "TOKENIZER_FILES",
     "check_loading",
@@ -53,7 +54,6 @@ __all__ = [
     "trainable_state",
 ]
 
-POOLINGS = ("auto", "mean", "last", "cls")
 
 _DECODER_TYPES = {
     "llama", "qwen2", "qwen3", "mistral", "mixtral", "gemma", "gemma2", "gemma3", "gemma3_text",

@@ -42,6 +42,7 @@ import pandas as pd
 import torch
 from torch import nn
 
+from anchorviz.choices import PROJECTIONS
 from anchorviz.models.reward_model import (
     LOAD_ERRORS,
     ModelError,
@@ -479,7 +480,7 @@ def analysis_data(source: Any, targets: list, unlabelled: list, n: int, seed: in
     """``{"source_test": pairs, "target_test:<name>": pairs, ...}``: at most ``n`` pairs per
     dataset (a seeded sample), read like the run configs' datasets
     (`anchorviz.pipeline.prepare.load_dataset_entry`: names, paths, ``{path, name, column_map}``)."""
-    from anchorviz.config import check_dataset_entry, target_name
+    from anchorviz.data.entries import check_dataset_entry, target_name
     from anchorviz.pipeline.prepare import load_dataset_entry
 
     check_dataset_entry(source, "source")
@@ -637,7 +638,7 @@ def analyse(model: str, reference: str, source: Any, targets: list | tuple = (),
     ``NAME=PATH`` names a file). Writes a run folder under ``out`` (see the module
     docstring) and ``out/ood_risk.csv``; returns an `AnalyseResult`."""
     from anchorviz.analysis.capture import resolve_capture_layers, save_captured
-    from anchorviz.config import normalise_dataset_entry
+    from anchorviz.data.entries import normalise_dataset_entry
     from anchorviz.models.tokenization import encode_pairs
     from anchorviz.pipeline.results import bootstrap_groups, results_table
     from anchorviz.pipeline.steps import drift_blocks, run_guarded
@@ -645,14 +646,14 @@ def analyse(model: str, reference: str, source: Any, targets: list | tuple = (),
 
     if not (isinstance(pairs, int) and pairs >= 4):
         raise AnalyseError(f"pairs must be an integer >= 4, got {pairs!r}")
-    if projection not in ("auto", "umap", "pca", "none"):
-        raise AnalyseError(f"projection must be auto|umap|pca|none, got {projection!r}")
+    if projection not in PROJECTIONS:
+        raise AnalyseError(f"projection must be {'|'.join(PROJECTIONS)}, got {projection!r}")
     source = _parse_entry(source)
     targets = [_parse_entry(t) for t in targets]
     unlabelled = [_parse_entry(t) for t in unlabelled]
     label = name or _label(model)
     data = analysis_data(source, targets, unlabelled, pairs, seed)
-    from anchorviz.config import target_name
+    from anchorviz.data.entries import target_name
 
     unl_splits = [f"target_test:{target_name(t)}" for t in unlabelled]
     lab_splits = [s for s in data if s not in unl_splits]

@@ -12,7 +12,8 @@ from __future__ import annotations
 from dataclasses import asdict
 from pathlib import Path
 
-from anchorviz.config import DataConfig, RunConfig, dataset_path, normalise_dataset_entry
+from anchorviz.config import DataConfig, RunConfig
+from anchorviz.data.entries import dataset_path, normalise_dataset_entry
 from anchorviz.pipeline.prepare import data_config, is_local_data
 
 __all__ = [

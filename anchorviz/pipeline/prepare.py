@@ -18,15 +18,8 @@ from typing import Any
 
 import pandas as pd
 
-from anchorviz.config import (
-    ConfigError,
-    DataConfig,
-    RunConfig,
-    dataset_label,
-    dataset_manifests,
-    dataset_path,
-    target_name,
-)
+from anchorviz.config import ConfigError, DataConfig, RunConfig
+from anchorviz.data.entries import dataset_label, dataset_manifests, dataset_path, target_name
 
 logger = logging.getLogger(__name__)
 

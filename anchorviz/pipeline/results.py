@@ -17,7 +17,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from anchorviz.config import DataConfig, dataset_label, target_name
+from anchorviz.config import DataConfig
+from anchorviz.data.entries import dataset_label, target_name
 from anchorviz.pipeline.keys import SPLIT_PROTOCOL
 from anchorviz.pipeline.prepare import prepare_data
 

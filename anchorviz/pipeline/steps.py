@@ -543,7 +543,8 @@ def run_student(store, cfg: RunConfig, data, kind: str = "student",
                 teacher: RunResult | None = None, ceiling: RunResult | None = None) -> RunResult:
     """Train and analyse one student (``kind="student"``) or the gold ceiling (``"ceiling"``)."""
     from anchorviz.analysis.capture import save_captured
-    from anchorviz.training.losses import parse_layer_spec, resolve_anchor_layers
+    from anchorviz.choices import parse_layer_spec
+    from anchorviz.training.losses import resolve_anchor_layers
 
     key = student_key(cfg, kind)
     run_id = run_id_for(key)

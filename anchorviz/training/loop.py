@@ -25,12 +25,12 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
-from anchorviz.config import OPTIMIZERS, TrainConfig, TrainError
+from anchorviz.choices import ANCHOR_NORMALISATIONS, OPTIMIZERS
+from anchorviz.config import TrainConfig, TrainError
 from anchorviz.models.reward_model import RewardModel, eval_mode
 from anchorviz.models.tokenization import EncodedPairs, length_batches, pad_side
 from anchorviz.paths import bars_off
 from anchorviz.training.losses import (
-    ANCHOR_NORMALISATIONS,
     anchor_loss,
     bt_soft_loss,
     check_finite_loss,

@@ -14,18 +14,17 @@ from __future__ import annotations
 
 import math
 import operator
-import re
 from collections.abc import Mapping, Sequence
 from typing import Literal
 
 import torch
 import torch.nn.functional as F
 
+from anchorviz.choices import ANCHOR_NORMALISATIONS
+
 Reduction = Literal["mean", "none"]
 
 __all__ = [
-    "ANCHOR_NORMALISATIONS",
-    "LAYER_NAMES",
     "NonFiniteLossError",
     "anchor_loss",
     "check_anchor_inputs",
@@ -35,8 +34,6 @@ __all__ = [
     "confidence_alpha",
     "confidence_loss",
     "confidence_targets",
-    "is_layer_spec",
-    "parse_layer_spec",
     "resolve_anchor_layers",
 ]
 
@@ -257,9 +254,6 @@ def _as_layer_dict(states: StateSet, name: str) -> dict[object, torch.Tensor]:
     )
 
 
-ANCHOR_NORMALISATIONS = ("pair", "token")
-
-
 def _row_units(groups, n_rows: int) -> torch.Tensor:
     """``groups`` as contiguous unit ids ``0..G-1`` of shape ``(B,)`` (None: one unit per row)."""
     if groups is None:
@@ -447,24 +441,6 @@ def check_anchor_inputs(
 
 def _round_half_up(x: float) -> int:
     return int(math.floor(x + 0.5))
-
-
-#: the layer names a config may give instead of indices (`resolve_anchor_layers` says which)
-LAYER_NAMES = ("last", "middle", "all")
-_LAYER_SPEC = re.compile(r"last|middle|all| *\d+ *(, *\d+ *)*")
-
-
-def is_layer_spec(text: object) -> bool:
-    """Whether ``text`` is a layer spec as a config writes it (``method.anchor_layers``,
-    ``capture.layers``): ``"last"``, ``"middle"``, ``"all"`` or comma-separated hidden-state
-    indices >= 0 such as ``"3,5"`` (spaces allowed)."""
-    return isinstance(text, str) and _LAYER_SPEC.fullmatch(text) is not None
-
-
-def parse_layer_spec(text: str) -> str | list[int]:
-    """A config's layer spec (checked by `is_layer_spec`) as `resolve_anchor_layers` takes it: a
-    name as it is, ``"3,5"`` as ``[3, 5]``."""
-    return text if text in LAYER_NAMES else [int(x) for x in text.split(",")]
 
 
 def resolve_anchor_layers(spec: str | int | Sequence[int], n_layers: int) -> list[int]:

@@ -29,6 +29,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from anchorviz.choices import REFERENCES
 from anchorviz.models.reward_model import RewardModel, disable_dropout, eval_mode
 from anchorviz.models.tokenization import EncodedPairs, SideBatch, length_batches
 
@@ -40,12 +41,10 @@ __all__ = [
     "CopyReference",
     "Reference",
     "ReferenceSetupError",
-    "STRATEGIES",
     "choose_strategy",
     "make_reference",
 ]
 
-STRATEGIES = ("auto", "copy", "adapter_off", "cached")
 
 
 class ReferenceSetupError(ValueError):
@@ -236,8 +235,8 @@ def choose_strategy(model: RewardModel, requested: str, n_tokens: int, n_layers:
     ``cached`` is the cheapest (no reference forward during training) whenever its states fit the
     cache budget; otherwise ``adapter_off`` for LoRA students (no second weight copy), else ``copy``.
     """
-    if requested not in STRATEGIES:
-        raise ReferenceSetupError(f"reference strategy must be one of {STRATEGIES}, got {requested!r}")
+    if requested not in REFERENCES:
+        raise ReferenceSetupError(f"reference strategy must be one of {REFERENCES}, got {requested!r}")
     if requested != "auto":
         return requested, "chosen by the config"
     need = n_tokens * n_layers * model.hidden_size * 4
@@ -271,5 +270,5 @@ def make_reference(
             raise ReferenceSetupError("the cached reference needs the encoded training pairs")
         return CachedReference(model, encoded, layers, **cached_kwargs)
     raise ReferenceSetupError(
-        f"reference strategy must be one of {STRATEGIES[1:]} here, got {strategy!r}"
+        f"reference strategy must be one of {REFERENCES[1:]} here, got {strategy!r}"
     )
