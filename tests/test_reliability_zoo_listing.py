@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from anchorviz.cli import EXIT_OK, main
+from anchorviz.cli import EXIT_DATA, EXIT_OK, main
 from anchorviz.models import wheels, zoo
 from anchorviz.models.convert import CONVERTERS
 
@@ -69,7 +69,7 @@ def test_models_verify_hashes_every_file_and_names_the_corrupt_one(fake_zoo, cap
     _flip_a_byte(fake_zoo)
     rows = {r["name"]: r for r in zoo.list_models(verify=True)}
     assert rows["smollm2-135m"]["verified"] is False and not rows["smollm2-135m"]["prepared"]
-    assert main(["models", "--verify"]) == EXIT_OK
+    assert main(["models", "--verify"]) == EXIT_DATA  # issue 43: an unusable entry is not exit 0
     block = _block(capsys.readouterr().out, "smollm2-135m")
     assert block.split()[4] == "no", block
     assert "model.safetensors" in block and "sha256" in block and "verified just" not in block

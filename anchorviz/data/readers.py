@@ -34,7 +34,6 @@ from anchorviz.data.adapters import (
     HH_MARK,
     BadRecord,
     adapter_for,
-    ordered_columns,
     run_adapter,
 )
 from anchorviz.data.schema import DataError, DropReport, dedupe_pairs, validate_pairs
@@ -44,10 +43,13 @@ logger = logging.getLogger(__name__)
 
 __all__ = [
     "CATEGORIES",
+    "DEFAULT_MAX_BYTES",
+    "DEFAULT_MAX_ROWS",
     "MANIFEST_DIR",
     "get_manifest",
     "list_datasets",
     "load_pairs",
+    "read_limits",
 ]
 
 
@@ -80,11 +82,110 @@ def file_kind(path: Path) -> str | None:
     return None
 
 
-def _read_bytes(path: Path) -> bytes:
-    if path.name.lower().endswith(".gz"):
-        with gzip.open(path, "rb") as fh:
-            return fh.read()
-    return path.read_bytes()
+#: the default limits of one dataset read from local files (all its files together): bytes
+#: after decompression, and rows (lines / records) parsed, dropped ones included
+DEFAULT_MAX_BYTES = 1 << 30
+DEFAULT_MAX_ROWS = 2_000_000
+MAX_BYTES_ENV = "ANCHORVIZ_MAX_READ_BYTES"
+MAX_ROWS_ENV = "ANCHORVIZ_MAX_READ_ROWS"
+_CHUNK = 1 << 20
+
+
+def read_limits(max_bytes: int | None = None, max_rows: int | None = None) -> tuple[int, int]:
+    """``(max_bytes, max_rows)`` for reading one dataset from local files: the arguments when
+    given, else ``$ANCHORVIZ_MAX_READ_BYTES`` / ``$ANCHORVIZ_MAX_READ_ROWS``, else
+    `DEFAULT_MAX_BYTES` (1 GiB after decompression) / `DEFAULT_MAX_ROWS` (2,000,000)."""
+    import os
+
+    def pick(arg: int | None, env: str, default: int, name: str) -> int:
+        if arg is None:
+            text = os.environ.get(env, "").strip().replace("_", "")
+            if not text:
+                return default
+            try:
+                arg = int(float(text)) if "e" in text.lower() else int(text)
+            except ValueError:
+                raise ValueError(f"${env} must be a positive whole number, got {text!r}") from None
+            where = f"${env}"
+        else:
+            where = name
+        if isinstance(arg, bool) or not isinstance(arg, int) or arg <= 0:
+            raise ValueError(f"{where} must be a positive whole number, got {arg!r}")
+        return arg
+
+    return (pick(max_bytes, MAX_BYTES_ENV, DEFAULT_MAX_BYTES, "max_bytes"),
+            pick(max_rows, MAX_ROWS_ENV, DEFAULT_MAX_ROWS, "max_rows"))
+
+
+class _Budget:
+    """Bytes and rows read so far from one dataset's files, against its limits."""
+
+    def __init__(self, max_bytes: int, max_rows: int, source: Path) -> None:
+        self.max_bytes, self.max_rows, self.source = max_bytes, max_rows, source
+        self.bytes = self.rows = 0
+
+    def add_bytes(self, n: int, path: Path) -> None:
+        self.bytes += n
+        if self.bytes > self.max_bytes:
+            unpacked = " after decompression" if path.name.lower().endswith(".gz") else ""
+            raise DataError(
+                f"{path}: more than {self.max_bytes:,} bytes{unpacked} (the read limit for one "
+                f"dataset); reading stopped there. If the file is genuine, raise the limit with "
+                f"${MAX_BYTES_ENV} (or load_pairs(..., max_bytes=N))")
+
+    def add_rows(self, n: int, path: Path) -> None:
+        self.rows += n
+        if self.rows > self.max_rows:
+            raise DataError(
+                f"{path}: more than {self.max_rows:,} rows (the read limit for one dataset); "
+                f"reading stopped there. If the data is genuine, raise the limit with "
+                f"${MAX_ROWS_ENV} (or load_pairs(..., max_rows=N))")
+
+
+def _open_binary(path: Path):
+    return gzip.open(path, "rb") if path.name.lower().endswith(".gz") else open(path, "rb")
+
+
+def _bounded_chunks(path: Path, budget: _Budget):
+    """The file's bytes (decompressed) in blocks of at most 1 MiB; stops with a `DataError`
+    as soon as the dataset's byte limit is passed, before the rest is decompressed."""
+    try:
+        with _open_binary(path) as fh:
+            while True:
+                block = fh.read(_CHUNK)
+                if not block:
+                    return
+                budget.add_bytes(len(block), path)
+                yield block
+    except (OSError, EOFError, gzip.BadGzipFile) as err:
+        if isinstance(err, FileNotFoundError):
+            raise
+        raise DataError(f"{path}: could not read: {type(err).__name__}: {err}") from None
+
+
+def _bounded_lines(path: Path, budget: _Budget):
+    """``(byte offset, line number, line bytes)`` of each line, streamed (`_bounded_chunks`)."""
+    offset, lineno, rest = 0, 0, b""
+    for block in _bounded_chunks(path, budget):
+        data = rest + block
+        lines = data.split(b"\n")
+        rest = lines.pop()
+        for line in lines:
+            lineno += 1
+            yield offset, lineno, line
+            offset += len(line) + 1
+    if rest:
+        yield offset, lineno + 1, rest
+
+
+def _bad_utf8(path: Path, err: UnicodeDecodeError, offset: int, line: int, data: bytes) -> DataError:
+    return DataError(
+        f"{path}: not valid UTF-8 at byte offset {offset + err.start} (line {line}): "
+        f"{err.reason} (byte {data[err.start:err.start + 1]!r}); re-encode the file as UTF-8")
+
+
+def _read_bytes(path: Path, budget: _Budget) -> bytes:
+    return b"".join(_bounded_chunks(path, budget))
 
 
 def _decode(data: bytes, path: Path) -> str:
@@ -92,35 +193,47 @@ def _decode(data: bytes, path: Path) -> str:
         text = data.decode("utf-8")
     except UnicodeDecodeError as err:
         line = data.count(b"\n", 0, err.start) + 1
-        raise DataError(
-            f"{path}: not valid UTF-8 at byte offset {err.start} (line {line}): {err.reason} "
-            f"(byte {data[err.start:err.start + 1]!r}); re-encode the file as UTF-8"
-        ) from None
+        raise _bad_utf8(path, err, 0, line, data) from None
     return text[1:] if text.startswith("\ufeff") else text
 
 
+def _json_line(line: str, lineno: int, path: Path) -> Any:
+    try:
+        obj = json.loads(line)
+    except json.JSONDecodeError as err:
+        return BadRecord(f"{path.name} line {lineno} is not valid JSON: {err.msg}")
+    if isinstance(obj, dict):
+        return obj
+    kind = {list: "an array", str: "a string", bool: "a boolean"}.get(
+        type(obj), "a number" if isinstance(obj, (int, float)) else "null")
+    return BadRecord(f"{path.name} line {lineno} is not a JSON object (it is "
+                     f"{kind}, {line.strip()[:40]!r}); each line of a JSON lines "
+                     "file must be one object such as {\"prompt\": ..., "
+                     "\"chosen\": ..., \"rejected\": ...}")
+
+
 def _parse_jsonl(text: str, path: Path) -> list[Any]:
-    out: list[Any] = []
-    for lineno, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as err:
-            out.append(BadRecord(f"{path.name} line {lineno} is not valid JSON: {err.msg}"))
-            continue
-        if isinstance(obj, dict):
-            out.append(obj)
-        else:
-            kind = {list: "an array", str: "a string", bool: "a boolean"}.get(
-                type(obj), "a number" if isinstance(obj, (int, float)) else "null")
-            out.append(BadRecord(f"{path.name} line {lineno} is not a JSON object (it is "
-                                 f"{kind}, {line.strip()[:40]!r}); each line of a JSON lines "
-                                 "file must be one object such as {\"prompt\": ..., "
-                                 "\"chosen\": ..., \"rejected\": ...}"))
+    out = [_json_line(line, lineno, path) for lineno, line in enumerate(text.splitlines(), 1)
+           if line.strip()]
     if out and not any(isinstance(r, dict) for r in out):
         raise DataError(f"{path}: no line is a JSON object: {out[0].message}")
     return out
+
+
+def _stream_jsonl(path: Path, budget: _Budget):
+    """The records of a JSON lines file, one line at a time: memory holds one line, not the
+    file (a line repeated a million times costs one line)."""
+    for offset, lineno, raw in _bounded_lines(path, budget):
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as err:
+            raise _bad_utf8(path, err, offset, lineno, raw) from None
+        if lineno == 1 and line.startswith("\ufeff"):
+            line = line[1:]
+        if not line.strip():
+            continue
+        budget.add_rows(1, path)
+        yield _json_line(line, lineno, path)
 
 
 def _parse_json(text: str, path: Path) -> list[Any]:
@@ -145,28 +258,146 @@ def _parse_json(text: str, path: Path) -> list[Any]:
     )
 
 
-def _read_file(path: Path) -> list[Any]:
+def _check_utf8(path: Path, budget: _Budget) -> None:
+    """Stream the file once through an incremental UTF-8 decoder (the byte limit applies)."""
+    import codecs
+
+    dec = codecs.getincrementaldecoder("utf-8")()
+    offset = line = 0
+    for block in _bounded_chunks(path, budget):
+        try:
+            dec.decode(block)
+        except UnicodeDecodeError as err:
+            raise _bad_utf8(path, err, offset, line + block.count(b"\n", 0, err.start) + 1,
+                            block) from None
+        offset += len(block)
+        line += block.count(b"\n")
+    try:
+        dec.decode(b"", final=True)
+    except UnicodeDecodeError as err:
+        raise _bad_utf8(path, err, offset, line + 1, b"") from None
+
+
+class _Capped(io.RawIOBase):
+    """A binary stream of the file's (decompressed) bytes that enforces the byte limit."""
+
+    def __init__(self, path: Path, budget: _Budget) -> None:
+        self._it = _bounded_chunks(path, budget)
+        self._buf = b""
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b) -> int:
+        while not self._buf:
+            block = next(self._it, None)
+            if block is None:
+                return 0
+            self._buf = block
+        n = min(len(b), len(self._buf))
+        b[:n] = self._buf[:n]
+        self._buf = self._buf[n:]
+        return n
+
+
+def _stream_csv(path: Path, kind: str, budget: _Budget, check: bool = True):
+    if check:  # pandas would only say "could not parse": name the offset and line instead
+        _check_utf8(path, _Budget(budget.max_bytes, budget.max_rows, budget.source))
+    text = io.TextIOWrapper(io.BufferedReader(_Capped(path, budget)), encoding="utf-8-sig",
+                            newline="")
+    try:
+        chunks = pd.read_csv(text, sep="\t" if kind == ".tsv" else ",", dtype=str,
+                             keep_default_na=False, chunksize=20_000)
+        for frame in chunks:
+            budget.add_rows(len(frame), path)
+            yield from frame.to_dict("records")
+    except DataError:
+        raise
+    except Exception as err:  # noqa: BLE001 - pandas parser errors
+        raise DataError(f"{path}: could not parse {kind[1:]}: {err}") from None
+
+
+def _stream_parquet(path: Path, budget: _Budget):
+    import pyarrow.parquet as pq
+
+    try:
+        pf = pq.ParquetFile(path)
+        meta = pf.metadata
+        size = sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
+    except Exception as err:  # noqa: BLE001 - arrow raises several types
+        raise DataError(f"{path}: could not read parquet: {type(err).__name__}: {err}") from None
+    budget.add_bytes(size, path)  # the uncompressed size its metadata records, before reading
+    budget.add_rows(meta.num_rows, path)
+    try:
+        for batch in pf.iter_batches(batch_size=20_000):
+            yield from batch.to_pylist()
+    except Exception as err:  # noqa: BLE001
+        raise DataError(f"{path}: could not read parquet: {type(err).__name__}: {err}") from None
+
+
+def _stream_file(path: Path, budget: _Budget, check: bool = True):
     kind = file_kind(path)
     if kind in (".parquet", ".pq"):
-        import pyarrow.parquet as pq
-
-        try:
-            return pq.read_table(path).to_pylist()
-        except Exception as err:  # noqa: BLE001 - arrow raises several types
-            raise DataError(f"{path}: could not read parquet: {type(err).__name__}: {err}") from None
-    text = _decode(_read_bytes(path), path)
+        return _stream_parquet(path, budget)
     if kind in (".jsonl", ".ndjson"):
-        return _parse_jsonl(text, path)
-    if kind == ".json":
-        return _parse_json(text, path)
+        return _stream_jsonl(path, budget)
     if kind in (".csv", ".tsv"):
-        try:
-            frame = pd.read_csv(io.StringIO(text), sep="\t" if kind == ".tsv" else ",",
-                                dtype=str, keep_default_na=False)
-        except Exception as err:  # noqa: BLE001 - pandas parser errors
-            raise DataError(f"{path}: could not parse {kind[1:]}: {err}") from None
-        return frame.to_dict("records")
+        return _stream_csv(path, kind, budget, check)
+    if kind == ".json":  # one JSON document: parsed whole, within the byte limit
+        records = _parse_json(_decode(_read_bytes(path, budget), path), path)
+        budget.add_rows(len(records), path)
+        return iter(records)
     raise DataError(f"{path}: unsupported file type; use one of {list(_LOCAL_SUFFIXES)} (optionally .gz)")
+
+
+def _read_file(path: Path, max_bytes: int | None = None, max_rows: int | None = None) -> list[Any]:
+    """Every record of one file, in a list (small files; `load_pairs` streams instead)."""
+    mb, mr = read_limits(max_bytes, max_rows)
+    return list(_stream_file(path, _Budget(mb, mr, path)))
+
+
+class LocalRecords:
+    """The records of a local dataset (a file or a folder of files), read lazily: each
+    iteration streams the files again under the read limits (`read_limits`), so memory holds
+    what the consumer keeps, not the files' contents. Built by one checking pass that finds
+    the columns and the first row and counts the rows."""
+
+    def __init__(self, files: list[Path], root: Path, max_bytes: int | None = None,
+                 max_rows: int | None = None) -> None:
+        self.files, self.root = files, root
+        self.max_bytes, self.max_rows = read_limits(max_bytes, max_rows)
+        seen: dict[str, None] = {}
+        self.first: Mapping[str, Any] | None = None
+        n = 0
+        budget = self._budget()
+        for f in files:
+            good = False
+            first_bad = None
+            for rec in _stream_file(f, budget):
+                n += 1
+                if isinstance(rec, Mapping):
+                    good = True
+                    if self.first is None:
+                        self.first = rec
+                    for k in rec:
+                        seen.setdefault(str(k), None)
+                elif first_bad is None and isinstance(rec, BadRecord):
+                    first_bad = rec
+            if not good and first_bad is not None:
+                raise DataError(f"{f}: no line is a JSON object: {first_bad.message}")
+        self.columns = list(seen)
+        self.n = n
+
+    def _budget(self) -> _Budget:
+        return _Budget(self.max_bytes, self.max_rows, self.root)
+
+    def __iter__(self):
+        budget = self._budget()
+        for f in self.files:  # checked for UTF-8 by the first pass
+            yield from _stream_file(f, budget, check=False)
+
+    def __len__(self) -> int:
+        return self.n
 
 
 def _split_matches(rel: Path, split: str) -> bool:
@@ -190,17 +421,16 @@ def _local_files(path: Path, split: str | None) -> list[Path]:
     return picked
 
 
-def _read_local(path: Path, split: str | None) -> tuple[list[Any], list[str], str]:
+def _read_local(path: Path, split: str | None, max_bytes: int | None = None,
+                max_rows: int | None = None) -> tuple[LocalRecords, list[str], str]:
     if not path.exists():
         raise FileNotFoundError(f"no such file or directory: {str(path)!r}")
     files = _local_files(path, split)
-    records: list[Any] = []
-    for f in files:
-        records.extend(_read_file(f))
-    if not records:
+    records = LocalRecords(files, path, max_bytes, max_rows)
+    if not len(records):
         raise DataError(f"{path}: contains no rows")
     source = str(path) if len(files) == 1 else f"{path} ({len(files)} files)"
-    return records, ordered_columns(records), source
+    return records, records.columns, source
 
 
 def _read_hub(
@@ -306,7 +536,7 @@ def _local_copy(m: Mapping[str, Any]) -> tuple[bool, str | None]:
         from anchorviz.data.vader import VADER_SDIST_NAME
         from anchorviz.paths import cache_dir
 
-        path = cache_dir() / "datasets" / "vader" / VADER_SDIST_NAME
+        path = cache_dir(create=False) / "datasets" / "vader" / VADER_SDIST_NAME
         return path.is_file(), str(path) if path.is_file() else None
     if m.get("local_file"):
         try:
@@ -366,7 +596,8 @@ def _sniff_adapter(records: Sequence[Any], columns: Sequence[str]) -> str:
     if {"context", "response1", "response2", "overall_preference"} <= cols:
         return "helpsteer3"
     if {"chosen", "rejected"} <= cols and "prompt" not in cols:
-        first = next((r for r in records if isinstance(r, Mapping)), {})
+        first = getattr(records, "first", None) or next(
+            (r for r in records if isinstance(r, Mapping)), {})
         if isinstance(first.get("chosen"), str) and HH_MARK in first["chosen"]:
             return "hh"
     return "pairs"
@@ -382,6 +613,8 @@ def load_pairs(
     strict: bool = False,
     adapter: str | None = None,
     path: str | Path | None = None,
+    max_bytes: int | None = None,
+    max_rows: int | None = None,
 ) -> tuple[pd.DataFrame, DropReport]:
     """Load a preference dataset as a pair table (:data:`PAIR_COLUMNS`) and its drop report.
 
@@ -405,7 +638,14 @@ def load_pairs(
     stop after this many kept pairs. ``domain``: the ``domain`` label (default: the dataset
     name). ``strict``: raise :class:`DataError` on the first malformed row instead of dropping
     and counting it.
+
+    Local files are streamed (memory holds the pairs kept, not the file) and read under two
+    limits per dataset (`read_limits`): ``max_bytes`` after decompression (default 1 GiB, or
+    ``$ANCHORVIZ_MAX_READ_BYTES``) and ``max_rows`` parsed (default 2,000,000, or
+    ``$ANCHORVIZ_MAX_READ_ROWS``); passing one stops the reading with a `DataError` naming the
+    limit and how to raise it (a 2 MB gzip can unpack to gigabytes).
     """
+    read_limits(max_bytes, max_rows)  # bad limits fail before anything is read
     if column_map is not None and not isinstance(column_map, Mapping):
         raise TypeError(f"column_map must be a mapping, got {type(column_map).__name__}")
     name = str(name_or_path)
@@ -418,10 +658,12 @@ def load_pairs(
         cmap = {**m["columns"], **dict(column_map or {})}
         dom = domain or m.get("domain") or m["name"]
         if path is not None:
-            records, columns, source = _read_local(Path(path).expanduser(), split)
+            records, columns, source = _read_local(Path(path).expanduser(), split,
+                                                   max_bytes, max_rows)
             use_split = split
         elif m.get("local_file"):
-            records, columns, source = _read_local(manifest_local_path(m), None)
+            records, columns, source = _read_local(manifest_local_path(m), None, max_bytes,
+                                                   max_rows)
             use_split = None
         else:
             use_split = split or m["default_split"]
@@ -436,7 +678,7 @@ def load_pairs(
         raise ValueError(f"path= is for manifest names; {name!r} is not one (known: {sorted(manifests)})")
     p = Path(name).expanduser()
     if p.exists() or looks_like_path(name):
-        records, columns, source = _read_local(p, split)
+        records, columns, source = _read_local(p, split, max_bytes, max_rows)
         spec = adapter_for(adapter or ("pairs" if column_map else _sniff_adapter(records, columns)))
         ds_name = _dataset_name_from_path(p)
         return run_adapter(records, columns, adapter=spec, column_map=column_map, options={},

@@ -32,6 +32,7 @@ __all__ = [
     "TOKENIZER_FILES",
     "check_loading",
     "check_tokenizer",
+    "check_vocab_fits",
     "weights_kwargs",
     "RewardModel",
     "RewardOutput",
@@ -300,6 +301,23 @@ def check_tokenizer(tokenizer, source: str, config) -> None:
             "model's own tokenizer files (tokenizer.json / vocab.txt ...) into the folder")
 
 
+def check_vocab_fits(tokenizer, model, name: str) -> None:
+    """Refuse, before any forward pass, a tokenizer that can produce token ids the model has no
+    embedding row for (``len(tokenizer)`` above the rows of ``model``'s input embedding table):
+    otherwise the first batch fails deep inside torch with ``IndexError: index out of range in
+    self``. ``name`` names the model in the error."""
+    get = getattr(model, "get_input_embeddings", None)
+    emb = get() if callable(get) else None
+    rows = getattr(emb, "num_embeddings", None)
+    n = len(tokenizer)
+    if isinstance(rows, int) and n > rows:
+        raise ModelError(
+            f"the tokenizer of {name} has {n} tokens but the model's embedding table has "
+            f"{rows} rows: token ids {rows} to {n - 1} have no embedding, so this tokenizer "
+            "cannot be this model's. Save the model's own tokenizer into its folder (or resize "
+            "the embeddings when adding tokens: model.resize_token_embeddings(len(tokenizer)))")
+
+
 def _hub_offline() -> bool:
     return os.environ.get("HF_HUB_OFFLINE", "").strip().upper() in ("1", "ON", "YES", "TRUE")
 
@@ -407,6 +425,7 @@ def load_backbone(
         ) from err
     check_loading(str(name_or_path), info)
     check_tokenizer(tokenizer, path, backbone.config)
+    check_vocab_fits(tokenizer, backbone, repr(str(name_or_path)))
     if not dropout:
         disable_dropout(backbone)
     return backbone, tokenizer

@@ -222,7 +222,7 @@ def _folder_state(name: str, content: bool = True, fresh: bool = False) -> tuple
     against its recorded sha256 (not only its size; ``fresh``: every byte read now, not the
     per-process memo) and, when they all match, notes the time in :data:`VERIFIED_FILE`."""
     entry = _get_entry(name)
-    folder = cache_subdir("models") / name
+    folder = cache_subdir("models", create=False) / name
     meta = read_meta(folder)
     if not meta:
         return "missing", f"{folder} has no readable {META_FILE}"
@@ -269,7 +269,7 @@ def _note_verified(folder: Path) -> None:
 def last_verified(name: str) -> str | None:
     """When zoo model ``name``'s files last matched their recorded sha256 (on first use in a
     process, ``anchorviz models --verify``, or when it was prepared), or None."""
-    folder = cache_subdir("models") / name
+    folder = cache_subdir("models", create=False) / name
     with contextlib.suppress(OSError, ValueError, AttributeError):
         return str(json.loads((folder / VERIFIED_FILE).read_text())["verified_at"])
     meta = read_meta(folder) or {}
@@ -398,7 +398,7 @@ def list_models(verify: bool = False) -> list[dict[str, Any]]:
                      "verified": verify and state == "ok",
                      "last_verified": last_verified(name) if state in ("ok", "legacy") else None,
                      "problem": why if state == "bad" else None,
-                     "path": str(cache_subdir("models") / name)})
+                     "path": str(cache_subdir("models", create=False) / name)})
     return rows
 
 

@@ -48,6 +48,7 @@ from anchorviz.models.reward_model import (
     ModelError,
     RewardModel,
     RewardOutput,
+    check_vocab_fits,
     is_decoder_config,
     quiet_transformers,
 )
@@ -323,6 +324,7 @@ def load_checkpoint_model(model: str, reference: str | None = None, *,
         else:
             return _value_head_checkpoint(path, config, tok, info, trust_remote_code,
                                           allow_pickle_weights)
+    check_vocab_fits(tok, framework, repr(str(model)))
     head_name, head = _head_of(framework)
     backbone = _backbone_of(framework)
     decoder = is_decoder_config(framework.config)
@@ -389,6 +391,7 @@ def _value_head_checkpoint(path: str, config, tok, info: dict, trust_remote_code
     except LOAD_ERRORS as err:
         raise ModelError(f"could not load the backbone of {path!r}: {err}") from None
     check_loading(path, loading)
+    check_vocab_fits(tok, backbone, repr(str(path)))
     norm = None
     if getattr(config, "normalize_reward", False) and "mean" in keys and "std" in keys:
         norm = (float(tensor("mean").reshape(-1)[0]), float(tensor("std").reshape(-1)[0]))

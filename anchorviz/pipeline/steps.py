@@ -18,6 +18,7 @@ import contextlib
 import dataclasses
 import json
 import logging
+import shutil
 import sys
 import time
 import traceback
@@ -361,6 +362,19 @@ def run_guarded(store, run_id: str, key: dict, body,
     from anchorviz.pipeline.store import config_hash
 
     h = config_hash(key)
+    try:
+        return _run_guarded(store, run_id, key, body, h, hash_files)
+    except Exception as err:  # a full or read-only disk: name the run and the path
+        from anchorviz.paths import storage_error
+
+        out = storage_error(err, store.run_dir(run_id), f"run {run_id} of {store.root}")
+        if out is err:
+            raise
+        raise out from err
+
+
+def _run_guarded(store, run_id: str, key: dict, body, h: str,
+                 hash_files: Collection[str]) -> RunResult:
     with store.lock(run_id):
         if store.is_finished(run_id, h, hash_files=hash_files):
             metrics = json.loads((store.run_dir(run_id) / "metrics.json").read_text())
@@ -377,7 +391,12 @@ def run_guarded(store, run_id: str, key: dict, body,
             write_json(tmp / "metrics.json", metrics)
             final = store.commit(tmp, run_id, h)
         except BaseException as err:
-            store.fail(tmp, run_id, h, f"{type(err).__name__}: {err}\n{traceback.format_exc()}")
+            try:
+                store.fail(tmp, run_id, h, f"{type(err).__name__}: {err}\n{traceback.format_exc()}")
+            except OSError as fail_err:  # a full / read-only disk refuses the failure note too
+                logger.warning("could not mark run %s failed (%s); its temporary folder is "
+                               "removed", run_id, fail_err)
+                shutil.rmtree(tmp, ignore_errors=True)
             raise
         return RunResult(run_id, final, key["kind"], metrics, computed=True)
 

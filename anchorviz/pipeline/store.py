@@ -105,10 +105,14 @@ class RunStore:
     """Run directories under ``root/runs``; shared artefacts under ``root/shared``."""
 
     def __init__(self, root: str | Path) -> None:
+        from anchorviz.paths import storage_error
+
         self.root = Path(root)
-        (self.root / "runs").mkdir(parents=True, exist_ok=True)
-        (self.root / "shared").mkdir(parents=True, exist_ok=True)
-        (self.root / ".locks").mkdir(parents=True, exist_ok=True)
+        try:
+            for sub in ("runs", "shared", ".locks"):
+                (self.root / sub).mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise storage_error(err, self.root, f"the run folder {self.root}") from err
 
     def run_dir(self, run_id: str) -> Path:
         return self.root / "runs" / safe_name(run_id, "run id")
