@@ -167,6 +167,16 @@ def cmd_report(args) -> int:
         print(f"error: folder {path} does not exist (give the --out folder of `anchorviz demo`, "
               "`run` or `sweep`, e.g. runs/demo)", file=sys.stderr)
         return EXIT_CONFIG
+    if (path / "story.json").is_file():  # a story folder (notebooks/data/*_story)
+        from anchorviz.analysis.story import StoryError
+        from anchorviz.viz.story import write_story_report
+
+        try:
+            print(f"HTML report: {write_story_report(path, args.output)}")
+        except StoryError as err:
+            print(f"error: {err}", file=sys.stderr)
+            return EXIT_DATA
+        return EXIT_OK
     if not (path / "runs").is_dir():
         print(f"error: {path} is not an anchorviz sweep / run folder (no runs/ inside)",
               file=sys.stderr)

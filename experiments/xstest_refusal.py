@@ -131,9 +131,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--max-length", type=int, default=MAX_LENGTH, help="probe only")
     ap.add_argument("--doc", default=None)
+    ap.add_argument("--story", default="notebooks/data/xstest_story",
+                    help="analyse: the story folder to write (numbers only)")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
-    if realdata_dir() is None:
+    if realdata_dir() is None and args.mode != "analyse":
         sys.exit("the real-data folder is not present: nothing to run (set ANCHORVIZ_REALDATA)")
     out = Path(args.out)
     if args.mode == "probe":
@@ -143,7 +145,8 @@ def main(argv: list[str] | None = None) -> int:
     else:
         from xstest_analysis import analyse
 
-        analyse(out, args.sources, args.seeds, args.doc, "python " + " ".join(sys.argv))
+        analyse(out, args.sources, args.seeds, args.doc, "python " + " ".join(sys.argv),
+                Path(args.story))
     return 0
 
 

@@ -62,7 +62,7 @@ from anchorviz.viz.common import (
 from anchorviz.viz.widgets import _FigureSlot, _wrap_row, lambda_label
 
 __all__ = ["StoryExplorer", "cue_audit_figure", "export_story", "slice_figure", "split_label",
-           "target_drift_figure"]
+           "target_drift_figure", "write_story_report"]
 
 logger = logging.getLogger(__name__)
 
@@ -488,3 +488,43 @@ class StoryExplorer:
         if small < MIN_SLICE:
             self.status.value += (f" <b>Only {small} misleading pair(s) on some seed: too few to "
                                   f"read</b> (the study reads slices of at least {MIN_SLICE}).")
+
+
+def write_story_report(folder: str | Path, path: str | Path | None = None) -> Path:
+    """``anchorviz report <story folder>``: one HTML page of a story folder's study (the
+    over-refusal study of issue 44 when its stores hold the XSTest targets: the verdict in words
+    and its figures per source; the cue audit when the folder holds one). Returns the page's
+    path (default ``<folder>/report.html``).
+
+    Raises:
+        StoryError: the folder is not a readable story folder, or holds nothing to show.
+    """
+    from anchorviz.analysis.story import load_story
+    from anchorviz.viz.refusal import is_refusal_story, refusal_report_parts
+
+    story = load_story(folder)
+    parts: list[tuple[str, str, go.Figure | None]] = []
+    if is_refusal_story(story):
+        parts += refusal_report_parts(story)
+    if story.audit is not None and len(story.audit):
+        parts.append(("The data audit: where a cue picks a side, is it the chosen one?", "",
+                      cue_audit_figure(story)))
+    if not parts:
+        raise StoryError(f"{story.folder}: nothing to report (no XSTest targets, no audit)")
+    out = Path(path) if path else Path(folder) / "report.html"
+    body = [f"<h1>Story: {_escape(Path(folder).name)}</h1>",
+            f"<p>{_escape(str(story.meta.get('note', '')))}</p>"]
+    first = True
+    for title, text, fig in parts:
+        body.append(f"<h2>{_escape(title)}</h2>")
+        if text:
+            body.append(f"<p>{_escape(text)}</p>")
+        if fig is not None:
+            body.append(fig.to_html(full_html=False, include_plotlyjs="inline" if first else False,
+                                    default_width="100%"))
+            first = False
+    html = ("<!doctype html><html><head><meta charset='utf-8'><title>anchorviz story</title>"
+            "<style>body{font-family:sans-serif;max-width:1500px;margin:auto;padding:1em}"
+            "</style></head><body>" + "\n".join(body) + "</body></html>")
+    write_atomic(out, lambda p: p.write_text(html, encoding="utf-8"))
+    return out
