@@ -5,6 +5,9 @@ source, every run's slices and drift per target (`anchorviz.analysis.story.expor
         --out notebooks/data/real_story
 
 ``--store LABEL=FOLDER`` (repeatable): a finished sweep folder of ``experiments/real_cues.py``.
+``--seal``: no store; check the tables already in ``--out`` (ranges, runs) and record each
+file's sha256 in its ``story.json`` (`anchorviz.analysis.story.seal_story`): the explicit way
+to accept the folder's files as they are (e.g. a folder exported before hashes were recorded).
 The audit (`anchorviz.analysis.cues.cue_agreement` over the four real files, prompt-cluster
 bootstrap, 2,000 resamples, seed 0) is computed when the real-data folder is present
 (``$ANCHORVIZ_REALDATA``) and otherwise kept from the existing story folder. Nothing of the
@@ -21,6 +24,7 @@ from pathlib import Path
 import pandas as pd
 
 from anchorviz.analysis.cues import audit_datasets
+from anchorviz.analysis.story import seal_story
 from anchorviz.paths import realdata_dir
 from anchorviz.viz.story import export_story
 
@@ -32,10 +36,20 @@ CUES = ("length", "refusal", "format")
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--store", action="append", required=True, metavar="LABEL=FOLDER")
+    ap.add_argument("--store", action="append", metavar="LABEL=FOLDER")
     ap.add_argument("--out", default="notebooks/data/real_story")
+    ap.add_argument("--seal", action="store_true",
+                    help="record the sha256 of the files already in --out (no store)")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
+    if args.seal:
+        if args.store:
+            ap.error("--seal takes no --store: it accepts the files already in --out")
+        seal_story(args.out)
+        print(f"sealed {args.out}")
+        return 0
+    if not args.store:
+        ap.error("give --store LABEL=FOLDER (one per source), or --seal")
     stores = {}
     for item in args.store:
         label, sep, folder = item.partition("=")

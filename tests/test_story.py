@@ -18,6 +18,7 @@ from anchorviz.analysis.story import (
     StoryError,
     drift_summary,
     load_story,
+    seal_story,
     slice_contrast,
     slice_summary,
 )
@@ -151,8 +152,12 @@ def test_slices_naming_unknown_runs_are_refused(story) -> None:
     s = pd.read_csv(story.folder / "slices.csv")
     s.loc[0, "run_id"] = "naive-000000000000"
     s.to_csv(story.folder / "slices.csv", index=False)
+    with pytest.raises(StoryError, match=r"slices\.csv: changed since the story was exported"):
+        load_story(story.folder)  # issue 43: an edit is refused by its hash first
     with pytest.raises(StoryError, match="naive-000000000000.*not in results.csv"):
-        load_story(story.folder)
+        load_story(story.folder, verify=False)
+    with pytest.raises(StoryError, match="naive-000000000000.*not in results.csv"):
+        seal_story(story.folder)  # and cannot be accepted either
 
 
 def test_figures_draw_the_summaries(story) -> None:
@@ -203,6 +208,7 @@ def test_explorer_flags_a_slice_too_small_to_read(story) -> None:
     s = pd.read_csv(story.folder / "slices.csv")
     s.loc[s["split"] == "target_test:amazon", "n_disagree"] = 5
     s.to_csv(story.folder / "slices.csv", index=False)
+    seal_story(story.folder)  # a deliberate edit, accepted
     e = StoryExplorer(load_story(story.folder))
     assert "Only 5 misleading pair(s) on some seed: too few to read" in e.status_text
     e.update(split="nyt")

@@ -8,7 +8,8 @@ split and layer. `anchorviz.viz.story.export_story` writes those from one or mor
 (one per source, e.g. the stores of ``experiments/real_cues.py``) into a *story folder*:
 
 ``story.json``
-    ``{"format": 1, "stores": {label: {"source", "targets", "runs"}}, "note": ...}``
+    ``{"format": 1, "stores": {label: {"source", "targets", "runs"}}, "note": ..., "files": [...],
+    "sha256": {file: hex digest}}``: the manifest, with the sha256 of every other file
 ``results.csv``
     one row per run: ``store``, ``run_id``, ``method``, ``anchor_lambda``, ``seed``, the
     accuracies (``acc_val``, ``acc_id``, ``acc_<target>``) and WRG / AOG.
@@ -22,7 +23,14 @@ split and layer. `anchorviz.viz.story.export_story` writes those from one or mor
 ``audit.csv`` (optional)
     the data audit of `anchorviz.analysis.cues.cue_agreement` per dataset and cue.
 
-`load_story` reads a story folder back (and says which file is missing or malformed);
+`load_story` reads a story folder back (and says which file is missing or malformed). Like a
+run folder, a story folder is checked before its numbers are used: every file must still have
+the sha256 recorded in ``story.json`` (a file edited after the export is refused, naming it),
+and every number must be in its range (accuracies, shares and follow rates in [0, 1], counts
+and layers non-negative whole numbers, no infinities), errors naming file, column and row.
+The one way to accept an edit is explicit: export again (`anchorviz.viz.story.export_story`,
+``experiments/real_story.py``), or `seal_story` on the edited folder, which checks the ranges
+and records the new hashes.
 `slice_summary`, `slice_contrast` and `drift_summary` are the pure functions the figures of
 `anchorviz.viz.story` and notebook 04 read it through: means over seeds with 95% t-intervals,
 and paired per-seed differences (naive minus ceiling on the disagree slice: a cue inherited
@@ -33,6 +41,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,6 +49,7 @@ import numpy as np
 import pandas as pd
 
 from anchorviz.analysis.metrics import seed_summary
+from anchorviz.paths import file_sha256, write_atomic
 
 __all__ = [
     "MIN_SLICE",
@@ -52,6 +62,7 @@ __all__ = [
     "StoryError",
     "drift_summary",
     "load_story",
+    "seal_story",
     "slice_contrast",
     "slice_summary",
 ]
@@ -125,13 +136,67 @@ def _read_csv(path: Path, required: tuple[str, ...]) -> pd.DataFrame:
     return df
 
 
-def load_story(folder: str | Path) -> Story:
-    """Read a story folder written by `export_story`.
+#: a story table's columns and their allowed ranges: ``unit`` = [0, 1] (accuracies, shares,
+#: follow rates and their interval ends), ``count`` = a non-negative whole number, ``signed``
+#: = [-1, 1] (accuracy gaps), ``finite`` = any finite number; a column that matches none of
+#: these is not checked
+_UNIT = ("acc_", "side_share", "chosen_share", "follow")
+_COUNTS = ("n", "n_agree", "n_disagree", "n_side", "pairs", "n_rows", "layer", "seed", "runs")
+_SIGNED = ("wrg", "aog")
 
-    Raises:
-        StoryError: the folder, a file or a column is missing, or the format is another one.
-    """
-    folder = Path(folder)
+
+def _column_range(column: str) -> str | None:
+    if column in _COUNTS:
+        return "count"
+    if column.startswith(_UNIT) or column == "cka":
+        return "unit"
+    if column.startswith(_SIGNED):
+        return "signed"
+    if column in ("anchor_lambda",):
+        return "nonneg"
+    if column in ("cosine_centred_mean",):
+        return "finite"
+    return None
+
+
+_RANGE_TEXT = {"unit": "in [0, 1] (an accuracy, share or rate)",
+               "count": "a non-negative whole number (a count)",
+               "signed": "in [-1, 1] (a difference of accuracies)",
+               "nonneg": "a non-negative number", "finite": "a finite number"}
+
+
+def _check_ranges(path: Path, df: pd.DataFrame) -> None:
+    """Refuse a value outside its column's range (`_column_range`), naming the file, the
+    column, the row (1 = the first data row, line 2 of the file) and the run when there is one."""
+    for col in df.columns:
+        kind = _column_range(str(col))
+        if kind is None:
+            continue
+        values = pd.to_numeric(df[col], errors="coerce")
+        bad_text = df[col].notna() & values.isna()
+        v = values.to_numpy(float)
+        with np.errstate(invalid="ignore"):
+            if kind == "unit":
+                bad = (v < -1e-9) | (v > 1 + 1e-9)
+            elif kind == "signed":
+                bad = (v < -1 - 1e-9) | (v > 1 + 1e-9)
+            elif kind == "count":
+                bad = (v < 0) | (np.isfinite(v) & (v != np.round(v)))
+            elif kind == "nonneg":
+                bad = v < 0
+            else:
+                bad = np.zeros(len(v), bool)
+        bad = bad | np.isinf(v) | bad_text.to_numpy()
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            run = f" (run {df['run_id'].iloc[i]})" if "run_id" in df.columns else ""
+            raise StoryError(
+                f"{path}: column {col!r}, row {i + 1} (line {i + 2}){run}: "
+                f"{df[col].iloc[i]} is not {_RANGE_TEXT[kind]}"
+                + (f"; {int(bad.sum())} row(s) in all" if bad.sum() > 1 else ""))
+
+
+def _read_tables(folder: Path) -> tuple[dict, dict[str, pd.DataFrame | None]]:
     if not folder.is_dir():
         raise StoryError(f"{folder}: no such story folder (expected {', '.join(STORY_FILES)})")
     mpath = folder / "story.json"
@@ -139,22 +204,107 @@ def load_story(folder: str | Path) -> Story:
         raise StoryError(f"{mpath}: missing; a story folder holds {', '.join(STORY_FILES)}")
     try:
         meta = json.loads(mpath.read_text())
-    except json.JSONDecodeError as err:
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise StoryError(f"{mpath}: not JSON ({err})") from err
     if not isinstance(meta, dict) or meta.get("format") != STORY_FORMAT:
         got = meta.get("format") if isinstance(meta, dict) else type(meta).__name__
         raise StoryError(f"{mpath}: format {got!r}; this anchorviz reads format {STORY_FORMAT}")
-    results = _read_csv(folder / "results.csv", ("store", "run_id", "method", "anchor_lambda",
-                                                 "seed"))
-    results["anchor_lambda"] = results["anchor_lambda"].fillna(0.0).astype(float)
-    slices = _read_csv(folder / "slices.csv", SLICE_COLUMNS)
-    drift = _read_csv(folder / "drift.csv", DRIFT_COLUMNS[:4])
-    audit = (_read_csv(folder / "audit.csv", ("dataset", "cue", "chosen_share"))
-             if (folder / "audit.csv").is_file() else None)
-    unknown = sorted(set(slices["run_id"]) - set(results["run_id"]))
+    tables: dict[str, pd.DataFrame | None] = {
+        "results": _read_csv(folder / "results.csv", ("store", "run_id", "method",
+                                                      "anchor_lambda", "seed")),
+        "slices": _read_csv(folder / "slices.csv", SLICE_COLUMNS),
+        "drift": _read_csv(folder / "drift.csv", DRIFT_COLUMNS[:4]),
+        "audit": (_read_csv(folder / "audit.csv", ("dataset", "cue", "chosen_share"))
+                  if (folder / "audit.csv").is_file() else None)}
+    for name, df in tables.items():
+        if df is not None:
+            _check_ranges(folder / f"{name}.csv", df)
+    unknown = sorted(set(tables["slices"]["run_id"]) - set(tables["results"]["run_id"]))
     if unknown:
         raise StoryError(f"{folder / 'slices.csv'}: runs {unknown[:3]} are not in results.csv")
-    return Story(folder, meta, results, slices, drift, audit)
+    return meta, tables
+
+
+def _story_files(folder: Path, meta: Mapping) -> list[str]:
+    files = [f for f in meta.get("files") or STORY_FILES if f != "story.json"]
+    if (folder / "audit.csv").is_file() and "audit.csv" not in files:
+        files.append("audit.csv")
+    for f in files:
+        if not isinstance(f, str) or "/" in f or "\\" in f or f.startswith("."):
+            raise StoryError(f"{folder / 'story.json'}: lists {f!r}; expected plain file names")
+    return files
+
+
+def _verify_hashes(folder: Path, meta: Mapping) -> None:
+    mpath = folder / "story.json"
+    recorded = meta.get("sha256")
+    if not isinstance(recorded, dict) or not recorded:
+        raise StoryError(
+            f"{mpath}: records no sha256 of its files, so an edit could not be seen; export the "
+            "folder again (anchorviz.viz.story.export_story, experiments/real_story.py) or "
+            "accept its current files with anchorviz.analysis.story.seal_story")
+    for name in _story_files(folder, meta):
+        want = recorded.get(name)
+        if want is None:
+            raise StoryError(f"{folder / name}: no sha256 recorded in {mpath}; export again or "
+                             "seal_story the folder to accept it")
+        if not (folder / name).is_file():
+            raise StoryError(f"{folder / name}: missing; {mpath.name} lists it")
+        got = file_sha256(folder / name)
+        if got != want:
+            raise StoryError(
+                f"{folder / name}: changed since the story was exported (sha256 {got[:12]}..., "
+                f"{mpath.name} records {want[:12]}...). A story's numbers are accepted only "
+                "from an export: run the export again (experiments/real_story.py, "
+                "anchorviz.viz.story.export_story), or, to accept a deliberate edit, "
+                "anchorviz.analysis.story.seal_story(folder)")
+
+
+def seal_story(folder: str | Path, meta: Mapping | None = None) -> Path:
+    """Check a story folder's tables (columns, ranges, runs) and record the sha256 of each file
+    in its ``story.json``: the last step of `anchorviz.viz.story.export_story`, and the explicit
+    way to accept a hand edit. ``meta``: the manifest to write (default: the folder's own);
+    its ``sha256`` is replaced. Returns the folder.
+
+    Raises:
+        StoryError: a file, column or value that a story cannot hold (named).
+    """
+    folder = Path(folder)
+    if meta is not None:
+        write_atomic(folder / "story.json", lambda p: p.write_text(
+            json.dumps({**meta, "sha256": {}}, indent=2) + "\n"))
+    meta, _ = _read_tables(folder)
+    files = _story_files(folder, meta)
+    out = {k: v for k, v in meta.items() if k != "sha256"}
+    out["files"] = ["story.json", *files]
+    out["sha256"] = {name: file_sha256(folder / name) for name in files}
+    text = json.dumps(out, indent=2) + "\n"
+    write_atomic(folder / "story.json", lambda p: p.write_text(text))
+    return folder
+
+
+def load_story(folder: str | Path, *, verify: bool = True) -> Story:
+    """Read a story folder written by `export_story`: each file is checked against the sha256
+    its ``story.json`` records (``verify=False`` skips that, e.g. to look at an edited folder
+    before `seal_story`), and every number against its column's range.
+
+    Raises:
+        StoryError: the folder, a file or a column is missing, a file changed since the export
+            (named), a value is out of range (file, column and row named), or the format is
+            another one.
+    """
+    folder = Path(folder)
+    if verify and (folder / "story.json").is_file():
+        try:
+            meta = json.loads((folder / "story.json").read_text())
+        except (json.JSONDecodeError, UnicodeDecodeError) as err:
+            raise StoryError(f"{folder / 'story.json'}: not JSON ({err})") from err
+        if isinstance(meta, dict) and meta.get("format") == STORY_FORMAT:
+            _verify_hashes(folder, meta)
+    meta, t = _read_tables(folder)
+    results = t["results"]
+    results["anchor_lambda"] = results["anchor_lambda"].fillna(0.0).astype(float)
+    return Story(folder, meta, results, t["slices"], t["drift"], t["audit"])
 
 
 # --------------------------------------------------------------------------- summaries

@@ -47,6 +47,7 @@ from anchorviz.analysis.story import (
     Story,
     StoryError,
     drift_summary,
+    seal_story,
     slice_contrast,
     slice_summary,
 )
@@ -130,8 +131,13 @@ def export_story(stores: Mapping[str, str | Path], out: str | Path, *,
     metrics (made before it existed) are exported without slices: compute it first with
     `anchorviz.pipeline.results.run_cues`. Returns ``out``.
 
+    The folder's ``story.json`` records the sha256 of every file (`seal_story`), and its
+    numbers are range-checked before it is sealed: `load_story` refuses a file edited later.
+    To accept an edit, export again (or call `seal_story` on the folder).
+
     Raises:
-        StoryError: no store, a store that is not a finished sweep folder, an unreadable run.
+        StoryError: no store, a store that is not a finished sweep folder, an unreadable run,
+            a value out of its range.
     """
     if not stores:
         raise StoryError("export_story: no store given; expected {label: sweep folder}")
@@ -160,10 +166,9 @@ def export_story(stores: Mapping[str, str | Path], out: str | Path, *,
     if audit is not None:
         _write_csv(out / "audit.csv", audit)
         files.append("audit.csv")
-    text = json.dumps({"format": STORY_FORMAT, "stores": meta, "note": note, "files": files},
-                      indent=2) + "\n"
-    write_atomic(out / "story.json", lambda p: p.write_text(text))
-    return out
+    # range-checked, then each file's sha256 recorded: a later edit is refused by load_story
+    return seal_story(out, {"format": STORY_FORMAT, "stores": meta, "note": note,
+                            "files": files})
 
 
 def _write_csv(path: Path, table: pd.DataFrame) -> None:
