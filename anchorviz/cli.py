@@ -48,12 +48,15 @@ def _verdict(df) -> str:
     return "\n".join(verdict_lines(df))
 
 
-def demo_out(scenario: str, quick: bool, fp32: bool = False) -> str:
+def demo_out(scenario: str, quick: bool) -> str:
     """The demo's default folder: ``runs/demo`` (the marker scenarios share it, so notebook 03
     finds every teacher visibility there), ``runs/demo-<scenario>`` for a scenario with another
-    cue (`OVERLAYS`), ``-quick`` after either with ``--quick``, ``-fp32`` with ``--fp32``."""
+    cue (`OVERLAYS`), ``-quick`` after either with ``--quick``. The same folder whatever the
+    arithmetic (``--fp32``, ``--bf16`` or what ``auto`` chose): its runs have other run ids and
+    are other settings, never pooled with the others (the results table has a column for it),
+    and the notebooks find the demo's runs of this machine there."""
     return ("runs/demo" + (f"-{scenario}" if scenario in OVERLAYS else "")
-            + ("-quick" if quick else "") + ("-fp32" if fp32 else ""))
+            + ("-quick" if quick else ""))
 
 
 def cmd_demo(args) -> int:
@@ -62,15 +65,19 @@ def cmd_demo(args) -> int:
     from anchorviz.sweep_config import expand_sweep
 
     if args.out is None:
-        args.out = demo_out(args.scenario, args.quick, args.fp32)
+        args.out = demo_out(args.scenario, args.quick)
     # every knob is checked (the whole grid, as a sweep file would be) before the banner
     sw = demo_sweep(strength=args.strength, seeds=tuple(args.seeds) if args.seeds else None,
                     quick=args.quick,
                     scenario=args.scenario, visibility=args.visibility,
-                    bf16=False if args.fp32 else None)
+                    precision="fp32" if args.fp32 else "bf16" if args.bf16 else None)
     for cfg in expand_sweep(sw):
         cfg.validate()
     _record(args)
+    from anchorviz.precision import describe
+
+    st = sw.base.student_train  # teacher and students share the demo's arithmetic
+    print(describe(st.bf16, st.device))
     d = sw.base.data
     args.strength = d.artifact_strength  # the settings file's unless --strength gave one
     print(demo_note(args.strength, d.artifact_target_mode, d.artifact_teacher_visibility,
@@ -549,7 +556,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "carries the marker (default: the demo settings file's, 0.9)")
     d.add_argument("--seeds", type=int, nargs="+", default=None,
                    help="split-varying seeds (default 0 1 2 3 4: a teacher and a naive student "
-                        "each, about 2 CPU-minutes per seed in bf16, for the failure-mode verdict; "
+                        "each, about 2 CPU-minutes per seed, for the failure-mode verdict; "
                         "ANCHOR and the ceiling on the first seed only). --seeds 0: the one-seed "
                         "first look, no verdict")
     d.add_argument("--quick", action="store_true", help="smoke-sized splits (CI, first look)")
@@ -560,10 +567,15 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--visibility", type=float, default=None,
                    help="fraction of marked pairs on which the teacher reads the cue, in "
                         "[0, 1] (default: the scenario's)")
-    d.add_argument("--fp32", action="store_true",
-                   help="float32 throughout (default: bfloat16 autocast, which a CPU with "
-                        "avx512_bf16 or AMX runs natively; elsewhere float32 may be faster); "
-                        "other run ids, default folder with -fp32 after it")
+    arith = d.add_mutually_exclusive_group()
+    arith.add_argument("--fp32", action="store_true",
+                       help="float32 throughout (default: auto, bfloat16 autocast where the CPU "
+                            "runs it natively, avx512_bf16 or AMX, float32 elsewhere; "
+                            "$ANCHORVIZ_PRECISION=fp32|bf16|auto decides auto); other run ids "
+                            "than bfloat16, in the same folder")
+    arith.add_argument("--bf16", action="store_true",
+                       help="bfloat16 autocast throughout, even where the CPU emulates it (more "
+                            "than 4.5x slower than float32 there: the demo says so first)")
     _add_jobs(d)
     d.set_defaults(func=cmd_demo)
 

@@ -88,15 +88,24 @@ class TrainConfig:
     early_stopping: bool = False  # keep the weights of the best validation and stop on patience
     patience: int = 2
     device: str = "cpu"
-    # autocast to bfloat16 (CPU with avx512_bf16 / AMX, or CUDA): training through Accelerate,
-    # and every scoring / capture forward of the run (`anchorviz.training.loop.precision`)
-    bf16: bool = False
+    # autocast to bfloat16: training through Accelerate, and every scoring / capture forward of
+    # the run (`anchorviz.training.loop.precision`). "auto": where the device runs it natively
+    # (a CPU with avx512_bf16 / AMX, CUDA with bf16 support), else float32; resolved when the
+    # config is built (`anchorviz.precision.resolve_bf16`, $ANCHORVIZ_PRECISION overrides it),
+    # so a built config, its run keys and run ids hold true / false only
+    bf16: bool | str = "auto"
     gradient_checkpointing: bool = False
     progress: bool = True
     # AdamW implementation: "adamw_fused" (one fused kernel per step; CPU and CUDA, torch >= 2.4),
     # "adamw_foreach" (multi-tensor), "adamw" (the per-parameter loop). Same maths; the float
     # rounding differs, so it is part of every run key
     optimizer: str = "adamw_fused"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.bf16, bool):  # "auto": the arithmetic this device runs natively
+            from anchorviz.precision import resolve_bf16
+
+            self.bf16 = resolve_bf16(self.bf16, self.device)
 
     def validate(self) -> None:
         checks = {

@@ -33,10 +33,11 @@ DOC = REPO / "docs" / "BENCHMARKS.md"
 CKA_DOC = REPO / "docs" / "results" / "benchmarks" / "linear_cka_implementations.md"
 
 #: section order in docs/BENCHMARKS.md
-SECTIONS = ("bench_step", "bench_trl", "bench_capture", "bench_widgets", "bench_demo",
+SECTIONS = ("bench_precision", "bench_step", "bench_trl", "bench_capture", "bench_widgets", "bench_demo",
             "bench_heap", "bench_jobs", "bench_rehash", "bench_cka")
 
 _TITLES = {
+    "bench_precision": "Native bfloat16 or not: the CPU, and the overrides that reproduce AVX2",
     "bench_step": "Training step: naive vs ANCHOR reference strategies",
     "bench_trl": "Naive W2S throughput: anchorviz loop vs TRL RewardTrainer",
     "bench_capture": "Hidden-state capture vs a bare forward pass",

@@ -16,6 +16,10 @@ import torch
 
 os.environ.setdefault("TQDM_DISABLE", "1")
 os.environ.setdefault("ANCHORVIZ_JOBS", "1")  # sweeps run in-process unless a test asks for workers
+# `bf16: auto` (the default of run configs and of the demo) resolves to float32 in tests on any
+# machine, so that run ids and numbers do not depend on the CPU the suite runs on; a test of
+# the bfloat16 path sets it (ANCHORVIZ_PRECISION=bf16 runs the whole suite that way)
+os.environ.setdefault("ANCHORVIZ_PRECISION", "fp32")
 torch.set_num_threads(max(1, min(2, torch.get_num_threads())))
 
 REPO = Path(__file__).resolve().parent.parent

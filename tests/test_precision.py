@@ -96,3 +96,148 @@ def test_the_pipeline_scores_captures_and_keys_in_the_runs_arithmetic(tmp_path):
     t16, _ = evaluate_model(model, tok, data, cfg32, capture=False, train=cfg16.teacher_train)
     assert np.array_equal(t16["r_chosen"].to_numpy(), s16["r_chosen"].to_numpy())
     assert set(caps) == {"source_test", *[s for s in data if s.startswith("target_test")]}
+
+
+# --------------------------------------------------------------------------- bf16: auto
+
+
+@pytest.fixture
+def fresh_detection(monkeypatch):
+    """`native_bf16` asked again (it is cached per process), the overrides cleared."""
+    from anchorviz import precision as prec
+
+    for k in ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA"):
+        monkeypatch.delenv(k, raising=False)
+    prec.native_bf16.cache_clear()
+    yield prec
+    prec.native_bf16.cache_clear()
+
+
+def test_auto_resolves_by_the_override_and_explicit_values_stay(monkeypatch, fresh_detection):
+    from anchorviz.config import ConfigError, RunConfig, config_from_dict
+
+    prec = fresh_detection
+    monkeypatch.setenv("ANCHORVIZ_PRECISION", "bf16")
+    assert TrainConfig().bf16 is True and prec.resolve_bf16("auto") is True
+    assert TrainConfig(bf16=False).bf16 is False  # an explicit value is never overridden
+    monkeypatch.setenv("ANCHORVIZ_PRECISION", "fp32")
+    assert TrainConfig().bf16 is False and TrainConfig(bf16=True).bf16 is True
+    # a built config, and what a worker receives, hold true / false only
+    cfg = config_from_dict({"teacher_train": {"bf16": "auto"}, "student_train": {"bf16": True}})
+    assert cfg.to_dict()["teacher_train"]["bf16"] is False
+    assert cfg.to_dict()["student_train"]["bf16"] is True
+    # a config written `bf16: false` and an `auto` resolving to float32 are the same runs
+    from anchorviz.pipeline.keys import run_id_for, teacher_key
+
+    assert run_id_for(teacher_key(cfg)) == run_id_for(teacher_key(
+        config_from_dict({"teacher_train": {"bf16": False}})))
+    monkeypatch.setenv("ANCHORVIZ_PRECISION", "auto")
+    assert TrainConfig().bf16 is prec.native_bf16("cpu")[0]
+    monkeypatch.setenv("ANCHORVIZ_PRECISION", "half")
+    with pytest.raises(ConfigError, match="ANCHORVIZ_PRECISION must be one of"):
+        TrainConfig()
+    monkeypatch.setenv("ANCHORVIZ_PRECISION", "fp32")
+    with pytest.raises(ConfigError, match="bf16 .*true, false or 'auto'"):
+        config_from_dict({"student_train": {"bf16": "yes"}})
+    assert RunConfig().teacher_train.bf16 is False
+
+
+def test_the_overrides_that_reproduce_an_avx2_cpu_take_native_bf16_away(monkeypatch,
+                                                                        fresh_detection):
+    prec = fresh_detection
+    native, why = prec.native_bf16("cpu")
+    assert isinstance(native, bool) and why
+    for k, v in (("ONEDNN_MAX_CPU_ISA", "AVX2"), ("ATEN_CPU_CAPABILITY", "avx2")):
+        prec.native_bf16.cache_clear()
+        monkeypatch.setenv(k, v)
+        assert prec.native_bf16("cpu")[0] is False
+        if native:  # on a CPU with native bfloat16 the override is what is named
+            assert k in prec.native_bf16("cpu")[1]
+        monkeypatch.delenv(k)
+    prec.native_bf16.cache_clear()
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX512_CORE_AMX")  # not below bfloat16
+    assert prec.native_bf16("cpu")[0] is native
+    assert prec.native_bf16("mps") == (False, "on Apple GPUs (mps) auto takes float32")
+    monkeypatch.setattr(prec.platform, "machine", lambda: "aarch64")
+    prec.native_bf16.cache_clear()
+    assert prec.native_bf16("cpu")[0] is False and "ARM" in prec.native_bf16("cpu")[1]
+
+
+def test_forcing_bf16_where_it_is_emulated_says_what_it_costs(monkeypatch, fresh_detection,
+                                                             caplog):
+    import logging
+
+    prec = fresh_detection
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")  # an AVX2 CPU, on any machine
+    monkeypatch.setattr(prec, "_SAID", set())
+    line = prec.describe(True)
+    assert line.startswith("arithmetic: bfloat16") and "emulated" in line and "4.5x" in line
+    monkeypatch.setenv("ANCHORVIZ_PRECISION", "auto")
+    assert prec.describe(False).startswith("arithmetic: float32, this CPU has no native bfloat16")
+    from anchorviz.config import RunConfig
+
+    cfg = RunConfig()
+    cfg.student_train.bf16 = True
+    with caplog.at_level(logging.WARNING, logger="anchorviz.precision"):
+        said = prec.warn_emulated([cfg, cfg])
+    assert len(said) == 1 and "emulated" in caplog.text
+    assert prec.warn_emulated([cfg]) == []  # once per process
+
+
+def test_the_demo_says_its_arithmetic_first(monkeypatch, capsys, tmp_path):
+    """`anchorviz demo`'s first line: the arithmetic and why; --bf16 where bfloat16 is emulated
+    says what it costs; the folder is the same whatever the arithmetic."""
+    import anchorviz.pipeline.sweep as sweep_mod
+    from anchorviz import precision as prec
+    from anchorviz.cli import main
+
+    class Stop(Exception):
+        pass
+
+    seen = []
+
+    def no_sweep(sw, out, **kw):
+        seen.append((out, sw.base.student_train.bf16, sw.base.teacher_train.bf16))
+        raise Stop
+
+    monkeypatch.setattr(sweep_mod, "sweep", no_sweep)
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
+    monkeypatch.setenv("ANCHORVIZ_PRECISION", "auto")
+    prec.native_bf16.cache_clear()
+    try:
+        for argv, bf16 in (([], False), (["--bf16"], True), (["--fp32"], False)):
+            with pytest.raises(Stop):
+                main(["demo", *argv])
+            first = capsys.readouterr().out.splitlines()[0]
+            assert first.startswith("arithmetic: bfloat16" if bf16 else "arithmetic: float32")
+            if bf16:
+                assert "emulated" in first and "4.5x slower" in first
+            elif not argv:
+                assert "this CPU has no native bfloat16" in first
+            assert seen[-1] == ("runs/demo", bf16, bf16)
+    finally:
+        prec.native_bf16.cache_clear()
+
+
+def test_runs_of_either_arithmetic_in_one_folder_are_other_settings_never_pooled():
+    """The demo writes both arithmetics to one folder: the results table gives the runs a
+    setting column for it, and the verdict refuses to pool them as seeds."""
+    import pandas as pd
+
+    from anchorviz.analysis.summary import failure_mode, setting_columns
+    from anchorviz.pipeline.demo import demo_sweep
+    from anchorviz.pipeline.keys import student_key
+    from anchorviz.pipeline.results import base_config_columns
+    from anchorviz.sweep_config import expand_sweep
+
+    keys = [student_key(c, "student") for p in ("fp32", "bf16")
+            for c in expand_sweep(demo_sweep(precision=p, seeds=(0, 1)))
+            if c.method.name == "naive"]
+    cols = base_config_columns(keys)
+    assert "cfg.train.bf16" in cols and "cfg.teacher.train.bf16" in cols
+    rows = pd.DataFrame({"run_id": [f"r{i}" for i in range(4)], "kind": "student",
+                         "method": "naive", "seed": [0, 1, 0, 1], "anchor_lambda": 0.0,
+                         "wrg": [0.1, 0.1, 0.1, 0.1], "aog": [0.0, 0.0, 0.0, 0.0], **cols})
+    assert "cfg.train.bf16" in setting_columns(rows)
+    with pytest.raises(ValueError):
+        failure_mode(rows)

@@ -70,7 +70,7 @@ def test_default_config_run_ids_are_pinned():
     assert run_id_for(student_key(cfg, "ceiling")) == "ceiling-d3af1fe340c1"
 
 
-def test_the_demo_reads_its_settings_file_and_keeps_its_run_ids():
+def test_the_demo_reads_its_settings_file_and_keeps_its_run_ids(monkeypatch):
     """`anchorviz demo` builds its sweep from anchorviz/configs/demo.yaml; the ids of its runs are
     those of the stores behind docs/RESULTS.md: in bfloat16 with eager attention at strength 0.9
     and 750 / 500 evaluation pairs (the defaults since issue 28) the demo store the notebooks
@@ -86,8 +86,12 @@ def test_the_demo_reads_its_settings_file_and_keeps_its_run_ids():
     from anchorviz.pipeline.keys import student_key
     from anchorviz.sweep_config import expand_sweep, load_sweep
 
+    # the demo's `bf16: auto` as a CPU with native bfloat16 resolves it: the ids of the
+    # bfloat16 demo store (the same as when the file said `bf16: true`)
+    monkeypatch.setenv("ANCHORVIZ_PRECISION", "bf16")
     sw = demo_sweep()
     assert sw == load_sweep(demo_file())  # the file is the demo, and a plain sweep file
+    assert sw == demo_sweep(precision="bf16")
     configs = expand_sweep(sw)
     ids = {run_id_for(student_key(c, "student")) for c in configs}
     assert ids == {"naive-0149979f684c", "naive-258adb4a46e9", "naive-87a678d08163",
@@ -130,7 +134,20 @@ def test_the_demo_reads_its_settings_file_and_keeps_its_run_ids():
     one = demo_sweep(seeds=(7,))
     assert one.seeds == [7] and one.detail_seeds == [7]
     assert {c.method.name for c in expand_sweep(one)} == {"naive", "anchor"}
+    # where `auto` resolves to float32 (a CPU without native bfloat16, or --fp32): other ids,
+    # the attention kernel the file's (eager), whichever way float32 was reached
+    monkeypatch.setenv("ANCHORVIZ_PRECISION", "fp32")
+    f32 = demo_sweep()
+    assert f32 == demo_sweep(precision="fp32") == load_sweep(demo_file())
+    assert not f32.base.teacher_train.bf16 and not f32.base.student_train.bf16
+    assert f32.base.models.attention == "eager"
+    assert run_id_for(teacher_key(f32.base)) == "teacher-5f7f6d32cb94"
+    assert {run_id_for(student_key(c, "student")) for c in expand_sweep(f32)} == {
+        "naive-111b5f4b15e4", "naive-18d7db625d7d", "naive-b1341e6dec78", "naive-bcedb9f32e3f",
+        "naive-ccd971070016", "anchor-293ddc372d45", "anchor-7a127b54dc83"}
+    assert demo_sweep(precision="bf16") == sw  # forced: the bfloat16 runs on any machine
     # RunConfig()'s defaults are the demo's float32 settings without the planted marker
+    # (`auto` resolving to float32, as it does here)
     plain = RunConfig()
     assert plain.teacher_train == fp32.base.teacher_train == fp32.base.student_train
     assert plain.teacher_train.head_lr == 2e-3

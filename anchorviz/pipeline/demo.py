@@ -113,7 +113,7 @@ def demo_settings(quick: bool = False, scenario: str | None = None) -> dict:
 def demo_sweep(strength: float | None = None, seeds: tuple[int, ...] | None = None,
                quick: bool = False,
                scenario: str = DEFAULT_SCENARIO, visibility: float | None = None,
-               bf16: bool | None = None):
+               bf16: bool | None = None, precision: str | None = None):
     """The demo (`demo_settings`): per seed a teacher and a naive student (the failure-mode
     verdict), and on the first seed also the gold ceiling and ANCHOR at a small lambda grid, in
     one of the `SCENARIOS` (``visibility`` overrides the scenario's teacher visibility of the
@@ -124,7 +124,11 @@ def demo_sweep(strength: float | None = None, seeds: tuple[int, ...] | None = No
     demo, float32 and the library's attention kernel for ``quick`` and the echo scenario); True
     / False sets it for teacher and students alike (the experiment scripts pass False: the
     arithmetic of the tables they reproduce; False also sets ``models.attention`` to "auto",
-    the kernel those tables were computed with)."""
+    the kernel those tables were computed with). ``precision`` (``anchorviz demo``'s
+    ``--fp32`` / ``--bf16``): "fp32", "bf16" or "auto" for teacher and students alike, the
+    attention kernel left as the file has it, so that a forced choice and an ``auto`` that
+    resolves to it give the same runs (the default file says "auto": bfloat16 autocast where
+    the device runs it natively, `anchorviz.precision`)."""
     from anchorviz.config import ConfigError  # torch: only when used
     from anchorviz.sweep_config import sweep_from_dict
 
@@ -136,6 +140,14 @@ def demo_sweep(strength: float | None = None, seeds: tuple[int, ...] | None = No
         data["artifact_strength"] = float(strength)
     data["artifact_teacher_visibility"] = (SCENARIOS[scenario] if visibility is None
                                            else float(visibility))
+    if precision is not None:
+        from anchorviz.precision import PRECISIONS
+
+        if precision not in PRECISIONS:
+            raise ConfigError(f"precision must be one of {PRECISIONS}, got {precision!r}")
+        for part in ("teacher_train", "student_train"):
+            settings["base"].setdefault(part, {})["bf16"] = {
+                "auto": "auto", "fp32": False, "bf16": True}[precision]
     if bf16 is not None:
         for part in ("teacher_train", "student_train"):
             settings["base"].setdefault(part, {})["bf16"] = bool(bf16)

@@ -42,6 +42,9 @@ def run(cfg: RunConfig, out_dir: str | Path = "runs/default", jobs: int | None =
 
     cfg.validate()
     check_backend(out_dir, backend, address)
+    from anchorviz.precision import warn_emulated
+
+    warn_emulated([cfg])  # bfloat16 forced where it is emulated: said before any work
     store = RunStore(out_dir)
     store.clean_temporaries()
     data = prepare_data(data_config(cfg))
@@ -87,6 +90,9 @@ def sweep(sw: SweepConfig | Sequence[SweepConfig], out_dir: str | Path, jobs: in
         "base": first.base.to_dict(),
         "grid": {k: v for k, v in asdict(first).items() if k != "base"}})
     configs = [c for s in sweeps for c in expand_sweep(s)]
+    from anchorviz.precision import warn_emulated
+
+    warn_emulated(configs)  # bfloat16 forced where it is emulated: said before any work
     for d in {json.dumps(asdict(data_config(c)), sort_keys=True): data_config(c)
               for c in configs}.values():
         prepare_data(d)  # load / build every dataset once here, before the workers start
