@@ -243,7 +243,7 @@ def describe_plan(sw: Sweeps, folder: str | os.PathLike, train: bool = True) -> 
     """One paragraph for the reader before a training cell: how many runs, how many already
     stored (read, not retrained), and about how many minutes the rest will take.
 
-    ``train=False`` (notebook 03's read-only default): the missing runs are named per teacher
+    ``train=False`` (the notebooks' read-only default): the missing runs are named per teacher
     visibility and not trained; the paragraph says how to train them (``TRAIN = True``)."""
     p = plan(sw, folder)
     head = (f"This sweep has {p['total']} runs (teacher, ceiling and students per seed, "
@@ -266,9 +266,11 @@ def describe_plan(sw: Sweeps, folder: str | os.PathLike, train: bool = True) -> 
                               f"{len(ids & missing)} of {len(ids)}")
         return head + (f"{p['stored']} are stored and will be read; {len(missing)} are MISSING "
                        f"and will not be trained (TRAIN = False): {'; '.join(by_vis)}. The "
-                       "explorer below shows the stored runs only. To train the missing ones, "
-                       f"set TRAIN = True in the first cell and run all cells again ({cost}; "
-                       "interrupting is safe: finished runs are kept and reused).")
+                       "cells below use the stored runs only. `anchorviz demo` in the "
+                       "repository's root (`bash scripts/demo.sh` on a fresh clone) stores the "
+                       "demo's runs; to train the missing ones here instead, set TRAIN = True in "
+                       f"the first cell and run all cells again ({cost}; interrupting is safe: "
+                       "finished runs are kept and reused).")
     return head + (f"{p['stored']} are stored and will be read; {len(p['missing'])} will be "
                    f"trained now: {cost}. Interrupting is safe: finished runs are kept and "
                    "reused.")

@@ -164,14 +164,14 @@ def test_every_training_cell_is_announced(name):
         assert "describe_plan(" not in code[i] and "_smoke.plan(" not in code[i]
 
 
-def test_explorer_trains_only_when_asked():
-    """Notebook 03 is read-only by default: its TRAIN flag is off, and only a branch on
-    ``TRAIN or SMOKE`` trains (``ensure_sweep``) or presses the launcher's Run button; the
+@pytest.mark.parametrize("name", NOTEBOOKS[:3])
+def test_notebooks_train_only_when_asked(name):
+    """Notebooks 01-03 are read-only by default: the TRAIN flag is off, and only a branch on
+    ``TRAIN or SMOKE`` trains (``ensure_sweep``) or presses 03's launcher's Run button; the
     default branch reads the stored runs (``stored_sweep``), and the plan it prints says what
     is missing instead of announcing training."""
     import ast
 
-    name = "03_anchor_explorer.ipynb"
     params = _parameters(name)
     assert params["TRAIN"] is False and params["SMOKE"] is False
     assert "TRAIN" in next(c for c in _read(name).cells if c.cell_type == "code").source
@@ -194,7 +194,7 @@ def test_explorer_trains_only_when_asked():
         if isinstance(node, ast.Call):
             fn = ast.unparse(node.func).rsplit(".", 1)[-1]
             calls.setdefault(fn, []).append(guard(node))
-    trains = calls["ensure_sweep"] + calls["launch"]
+    trains = calls["ensure_sweep"] + calls.get("launch", [])
     assert trains and all(g and g[0][0].startswith("TRAIN or SMOKE") and g[0][1]
                           for g in trains), trains
     (read,) = calls["stored_sweep"]
@@ -203,6 +203,26 @@ def test_explorer_trains_only_when_asked():
     assert "train=TRAIN or SMOKE" in code
     # nothing else trains: no sweep / run call outside those branches
     assert not {"sweep", "run", "run_sweep"} & set(calls)
+
+
+@pytest.mark.parametrize("name", NOTEBOOKS[:2])
+def test_without_the_demos_runs_a_notebook_says_what_to_run(name, tmp_path, monkeypatch):
+    """01 and 02 on an empty runs folder, TRAIN off (a reader's Run All before `anchorviz
+    demo`): they stop at the cell that reads the runs, saying what to run, and train nothing."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("ANCHORVIZ_SMOKE", "ANCHORVIZ_NOTEBOOK_TRAIN")}
+    env["ANCHORVIZ_NOTEBOOK_RUNS"] = str(tmp_path)
+    monkeypatch.syspath_prepend(str(NOTEBOOK_DIR))
+    code = [c.source for c in _read(name).cells if c.cell_type == "code"]
+    reader = next(i for i, src in enumerate(code) if "stored_sweep(" in src)
+    ns: dict = {}
+    with mock.patch.dict(os.environ, env, clear=True):
+        for src in code[:reader]:
+            exec(src, ns)  # noqa: S102 -- our own notebook's cells
+        with pytest.raises(RuntimeError, match="run `anchorviz demo`.*TRAIN = True"):
+            exec(code[reader], ns)  # noqa: S102
+    assert ns["TRAIN"] is False
+    assert not (tmp_path / "demo" / "runs").exists() or not any((tmp_path / "demo" / "runs").iterdir())
 
 
 def test_read_only_explorer_with_nothing_stored(tmp_path):

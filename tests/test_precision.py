@@ -201,6 +201,7 @@ def test_the_demo_says_its_arithmetic_first(monkeypatch, capsys, tmp_path):
         raise Stop
 
     monkeypatch.setattr(sweep_mod, "sweep", no_sweep)
+    monkeypatch.chdir(tmp_path)  # the demo's default folder (it records its command there)
     monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
     monkeypatch.setenv("ANCHORVIZ_PRECISION", "auto")
     prec.native_bf16.cache_clear()
