@@ -105,7 +105,10 @@ class TrainConfig:
         if not isinstance(self.bf16, bool):  # "auto": the arithmetic this device runs natively
             from anchorviz.precision import resolve_bf16
 
-            self.bf16 = resolve_bf16(self.bf16, self.device)
+            try:
+                self.bf16 = resolve_bf16(self.bf16, self.device)
+            except ValueError as err:
+                raise ConfigError(f"teacher_train / student_train: {err}") from None
 
     def validate(self) -> None:
         checks = {

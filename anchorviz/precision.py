@@ -34,6 +34,8 @@ Overrides, for tests and benchmarks on any machine:
 
 from __future__ import annotations
 
+# a leaf, as the run config that uses it (no anchorviz import: tests/test_import_plan.py); its
+# errors are ValueErrors that the config turns into ConfigErrors naming the setting
 import functools
 import logging
 import os
@@ -111,9 +113,7 @@ def native_bf16(device: str = "cpu") -> tuple[bool, str]:
 def _forced() -> str:
     value = os.environ.get(ENV, "auto").strip().lower() or "auto"
     if value not in PRECISIONS:
-        from anchorviz.config import ConfigError
-
-        raise ConfigError(f"{ENV} must be one of {PRECISIONS}, got {value!r}")
+        raise ValueError(f"{ENV} must be one of {PRECISIONS}, got {value!r}")
     return value
 
 
@@ -123,9 +123,7 @@ def resolve_bf16(value: bool | str, device: str = "cpu") -> bool:
     if isinstance(value, bool):
         return value
     if str(value).strip().lower() != "auto":
-        from anchorviz.config import ConfigError
-
-        raise ConfigError(f"bf16 must be true, false or 'auto', got {value!r}")
+        raise ValueError(f"bf16 must be true, false or 'auto', got {value!r}")
     forced = _forced()
     if forced != "auto":
         return forced == "bf16"
