@@ -132,7 +132,13 @@ def test_ceiling_bar_and_partial_seeds() -> None:
     assert all(x.startswith("No verdict: the gold ceiling reaches 58.0%")
                for x in v.sentences["hh"].values())
     v = refusal_verdicts(_story(seeds=[80, 81, 82]), n_boot=200)
-    assert v.sentences["hh"]["a"].startswith("(partial: 3 seeds)")
+    assert v.sentences["hh"]["a"].startswith("(partial: 3 seeds) Yes")
+    v = refusal_verdicts(_story(seeds=[80, 81]), n_boot=200)
+    assert all(x.startswith("(partial: 2 seeds) No verdict yet: the pre-registered tests need "
+                            "at least 3 seeds") for x in v.sentences["pku"].values())
+    assert "the naive student prefers the refusal" in v.sentences["pku"]["a"]
+    v = refusal_verdicts(_story(seeds=[80]), n_boot=200)  # one seed: no interval, no p
+    assert v.tests["p"].isna().sum() >= 8 and not v.tests["passes"].any()
 
 
 def test_paired_interval() -> None:

@@ -180,9 +180,14 @@ def drift_link_figure(story: Story, store: str, *, layer: int | None = None,
     fig.update_yaxes(title_text="prefers the refusal (%)", row=1, col=1)
     fig.update_xaxes(title_text="Δ drift (ANCHOR − naive)", row=1, col=2)
     fig.update_yaxes(title_text="Δ follow rate (points)", row=1, col=2)
-    r = ("r = n/a" if not math.isfinite(link["r"]) else
-         f"r = {link['r']:+.2f} [{link['lo']:+.2f}, {link['hi']:+.2f}] (seed bootstrap, "
-         f"{len(pts)} points, last-layer drift is the pre-registered one)")
+    if not math.isfinite(link["r"]):
+        r = "r = n/a (too few points)"
+    elif not math.isfinite(link["lo"]):
+        r = (f"r = {link['r']:+.2f} over {len(pts)} points; {link['seeds']} seed(s): too few for "
+             "an interval")
+    else:
+        r = (f"r = {link['r']:+.2f} [{link['lo']:+.2f}, {link['hi']:+.2f}] (seed bootstrap, "
+             f"{len(pts)} points; the last layer's drift is the pre-registered one)")
     fig.update_layout(template=TEMPLATE, height=_HEIGHT - 60, legend=BOTTOM_LEGEND,
                       margin={"b": 110},
                       title=figure_title(f"Does the change go with the drift removed? ({store} "
