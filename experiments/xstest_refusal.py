@@ -92,14 +92,28 @@ def _cpu_s() -> float:
     return ru.ru_utime + ru.ru_stime + me.ru_utime + me.ru_stime
 
 
-def run(out: Path, sources: list[str], seeds: list[int], jobs: int | None) -> None:
-    """Seed by seed, source by source; then each source's whole table once (all resumed)."""
-    for seed in seeds:
+def question_a_sweep(source: str, seeds: list[int]) -> SweepConfig:
+    """The runs question (a) needs (teacher, ceiling, naive student): the same configs, hence the
+    same run ids, as in `sweeps`."""
+    base = base_config(source, TARGETS)
+    return SweepConfig(base=base, methods=["naive"], anchor_lambdas=[0.0],
+                       anchor_layers=["last"], seeds=list(seeds))
+
+
+def run(out: Path, sources: list[str], seeds: list[int], jobs: int | None,
+        order: str = "seeds") -> None:
+    """Seed by seed, source by source; then each source's whole table once (all resumed).
+    ``order="a-first"``: first every seed's teacher, ceiling and naive student (question a),
+    then every seed's ANCHOR students; the same runs either way."""
+    stages = ([("a", seed) for seed in seeds] if order == "a-first" else []) + \
+        [("all", seed) for seed in seeds]
+    for stage, seed in stages:
         for source in sources:
             t0, c0 = time.time(), _cpu_s()
-            sweep(sweeps(source, [seed]), out / source, jobs=jobs, progress=False)
+            grid = [question_a_sweep(source, [seed])] if stage == "a" else sweeps(source, [seed])
+            sweep(grid, out / source, jobs=jobs, progress=False)
             print(f"[xstest] {time.strftime('%H:%M:%S', time.gmtime())} UTC source {source} "
-                  f"seed {seed}: {time.time() - t0:.0f} s wall, {_cpu_s() - c0:.0f} CPU-s, "
+                  f"seed {seed} ({stage}): {time.time() - t0:.0f} s wall, {_cpu_s() - c0:.0f} CPU-s, "
                   f"load {os.getloadavg()[0]:.2f}", flush=True)
     for source in sources:
         sweep(sweeps(source, seeds), out / source, jobs=jobs, progress=False)
@@ -129,6 +143,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sources", nargs="+", default=list(SOURCES), choices=list(SOURCES))
     ap.add_argument("--seeds", type=int, nargs="+", default=SEEDS)
     ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--order", choices=["seeds", "a-first"], default="seeds",
+                    help="run: seed by seed (default), or every seed's teacher / ceiling / naive "
+                         "first (question a), then the ANCHOR students; the same runs")
     ap.add_argument("--max-length", type=int, default=MAX_LENGTH, help="probe only")
     ap.add_argument("--doc", default=None)
     ap.add_argument("--story", default="notebooks/data/xstest_story",
@@ -141,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.mode == "probe":
         probe(out, args.jobs, args.max_length)
     elif args.mode == "run":
-        run(out, args.sources, args.seeds, args.jobs)
+        run(out, args.sources, args.seeds, args.jobs, args.order)
     else:
         from xstest_analysis import analyse
 
