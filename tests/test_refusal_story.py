@@ -178,7 +178,7 @@ def test_report_of_a_story_folder(tmp_path: Path) -> None:
     figure per source; a folder that is not a story is still refused as before."""
     import json
 
-    from anchorviz.analysis.story import STORY_FORMAT
+    from anchorviz.analysis.story import STORY_FORMAT, seal_story
     from anchorviz.cli import main
 
     story = _story()
@@ -188,6 +188,7 @@ def test_report_of_a_story_folder(tmp_path: Path) -> None:
     story.slices.to_csv(folder / "slices.csv", index=False)
     story.drift.to_csv(folder / "drift.csv", index=False)
     (folder / "story.json").write_text(json.dumps({**story.meta, "format": STORY_FORMAT}))
+    seal_story(folder)  # check the tables' ranges, record each file's sha256
     assert main(["report", str(folder)]) == 0
     html = (folder / "report.html").read_text()
     assert "hh source: who prefers the refusal?" in html and "pku source" in html
