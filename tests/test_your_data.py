@@ -134,17 +134,18 @@ def test_the_demo_reads_its_settings_file_and_keeps_its_run_ids(monkeypatch):
     one = demo_sweep(seeds=(7,))
     assert one.seeds == [7] and one.detail_seeds == [7]
     assert {c.method.name for c in expand_sweep(one)} == {"naive", "anchor"}
-    # where `auto` resolves to float32 (a CPU without native bfloat16, or --fp32): other ids,
-    # the attention kernel the file's (eager), whichever way float32 was reached
+    # where `auto` resolves to float32 (a CPU without native bfloat16, or --fp32): the ids of
+    # the float32 demo store (`anchorviz demo --fp32` before `auto`, runs/demo-fp32)
     monkeypatch.setenv("ANCHORVIZ_PRECISION", "fp32")
     f32 = demo_sweep()
-    assert f32 == demo_sweep(precision="fp32") == load_sweep(demo_file())
+    assert f32 == demo_sweep(precision="fp32") == demo_sweep(bf16=False)
     assert not f32.base.teacher_train.bf16 and not f32.base.student_train.bf16
-    assert f32.base.models.attention == "eager"
-    assert run_id_for(teacher_key(f32.base)) == "teacher-5f7f6d32cb94"
+    assert f32.base.models.attention == "auto"  # the library's kernel, as --fp32 always took
+    assert load_sweep(demo_file()).base.models.attention == "eager"  # the file as a sweep
+    assert run_id_for(teacher_key(f32.base)) == "teacher-b3f733e1b541"
     assert {run_id_for(student_key(c, "student")) for c in expand_sweep(f32)} == {
-        "naive-111b5f4b15e4", "naive-18d7db625d7d", "naive-b1341e6dec78", "naive-bcedb9f32e3f",
-        "naive-ccd971070016", "anchor-293ddc372d45", "anchor-7a127b54dc83"}
+        "naive-3c74c25dc2f5", "naive-6f6fbca8b2d5", "naive-706dfd78e7d0", "naive-d92604b20599",
+        "naive-dc311e890a4a", "anchor-516304a387df", "anchor-f8a702b8b9f0"}
     assert demo_sweep(precision="bf16") == sw  # forced: the bfloat16 runs on any machine
     # RunConfig()'s defaults are the demo's float32 settings without the planted marker
     # (`auto` resolving to float32, as it does here)

@@ -125,10 +125,12 @@ def demo_sweep(strength: float | None = None, seeds: tuple[int, ...] | None = No
     / False sets it for teacher and students alike (the experiment scripts pass False: the
     arithmetic of the tables they reproduce; False also sets ``models.attention`` to "auto",
     the kernel those tables were computed with). ``precision`` (``anchorviz demo``'s
-    ``--fp32`` / ``--bf16``): "fp32", "bf16" or "auto" for teacher and students alike, the
-    attention kernel left as the file has it, so that a forced choice and an ``auto`` that
-    resolves to it give the same runs (the default file says "auto": bfloat16 autocast where
-    the device runs it natively, `anchorviz.precision`)."""
+    ``--fp32`` / ``--bf16``; None: the file's, "auto" in the default demo): "fp32", "bf16" or
+    "auto" (bfloat16 autocast where the device runs it natively, `anchorviz.precision`),
+    resolved here as ``bf16`` is, so that a forced choice and an ``auto`` that resolves to it
+    give the same runs: bfloat16 with the file's eager attention (the bfloat16 demo store's
+    ids), float32 with the library's kernel (the float32 store's ids of ``--fp32`` before
+    ``auto``: the arithmetic of the tables computed in float32)."""
     from anchorviz.config import ConfigError  # torch: only when used
     from anchorviz.sweep_config import sweep_from_dict
 
@@ -140,14 +142,21 @@ def demo_sweep(strength: float | None = None, seeds: tuple[int, ...] | None = No
         data["artifact_strength"] = float(strength)
     data["artifact_teacher_visibility"] = (SCENARIOS[scenario] if visibility is None
                                            else float(visibility))
-    if precision is not None:
-        from anchorviz.precision import PRECISIONS
+    if bf16 is None:
+        # the demo's arithmetic, decided here once: forced, or the file's `auto` resolved
+        # (`anchorviz.precision`); float32 takes the library's attention kernel, as `bf16=False`
+        from anchorviz.precision import PRECISIONS, resolve_bf16
 
-        if precision not in PRECISIONS:
+        if precision is not None and precision not in PRECISIONS:
             raise ConfigError(f"precision must be one of {PRECISIONS}, got {precision!r}")
-        for part in ("teacher_train", "student_train"):
-            settings["base"].setdefault(part, {})["bf16"] = {
-                "auto": "auto", "fp32": False, "bf16": True}[precision]
+        st = settings["base"].get("student_train") or {}
+        value = ({"auto": "auto", "fp32": False, "bf16": True}[precision]
+                 if precision is not None else st.get("bf16", "auto"))
+        if precision is not None or value == "auto":
+            try:
+                bf16 = resolve_bf16(value, str(st.get("device", "cpu")))
+            except ValueError as err:
+                raise ConfigError(f"{demo_file()}: {err}") from None
     if bf16 is not None:
         for part in ("teacher_train", "student_train"):
             settings["base"].setdefault(part, {})["bf16"] = bool(bf16)
