@@ -13,10 +13,18 @@ subprocess and reports:
 
 The models come from the zoo cache (prepared beforehand; nothing is downloaded here).
 
+Both arithmetics (issue 40): ``--precision auto|fp32|bf16`` runs ``anchorviz demo`` with
+``--fp32`` / ``--bf16`` (auto: what the demo decides on this CPU), and ``--cpu-class avx2`` runs
+it as on a CPU without native bfloat16 (``ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2``,
+checked by bench/bench_precision.py), so that both classes of CPU can be timed on one machine
+that has native bfloat16. Each variant writes its own section; the demo's first line (the
+arithmetic it chose, and why) and the CPU's flags are in it.
+
 Usage (what produced docs/BENCHMARKS.md)::
 
-    python bench/bench_demo.py            # the full demo (several minutes)
-    python bench/bench_demo.py --quick    # the quick demo
+    python bench/bench_demo.py                      # the full demo as this CPU runs it
+    python bench/bench_demo.py --cpu-class avx2     # as a CPU without native bfloat16
+    python bench/bench_demo.py --quick              # the quick demo
 """
 
 from __future__ import annotations
@@ -106,8 +114,18 @@ class _Sampler(threading.Thread):
         self._stop_evt.set()
 
 
+AVX2_ENV = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
+
+
+def variant_args(precision: str, cpu_class: str) -> tuple[list[str], dict[str, str]]:
+    """The demo's extra arguments and environment for an arithmetic and a CPU class."""
+    extra = {"auto": [], "fp32": ["--fp32"], "bf16": ["--bf16"]}[precision]
+    return extra, (dict(AVX2_ENV) if cpu_class == "avx2" else {})
+
+
 def run_demo(out: Path, quick: bool, timeout: float, extra: list[str] | None = None,
-             log_path: Path | None = None, cmd: list[str] | None = None) -> dict:
+             log_path: Path | None = None, cmd: list[str] | None = None,
+             env: dict[str, str] | None = None) -> dict:
     """Run the demo once (or ``cmd`` instead); returns wall seconds, peaks (MB), load samples
     and the return code."""
     cmd = demo_command(out, quick, extra) if cmd is None else cmd
@@ -117,7 +135,7 @@ def run_demo(out: Path, quick: bool, timeout: float, extra: list[str] | None = N
     t0 = time.perf_counter()
     try:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=str(common.REPO),
-                                env={**os.environ, "TQDM_DISABLE": "1"})
+                                env={**os.environ, "TQDM_DISABLE": "1", **(env or {})})
         sampler = _Sampler(proc.pid)
         sampler.start()
         try:
@@ -141,7 +159,8 @@ def run_demo(out: Path, quick: bool, timeout: float, extra: list[str] | None = N
             "per_process": sorted(sampler.per_proc.values(), reverse=True)}
 
 
-def markdown(res: dict, args, command: str, facts: dict, elapsed: float, tail: str) -> str:
+def markdown(res: dict, args, command: str, facts: dict, elapsed: float, tail: str,
+             name: str = "bench_demo") -> str:
     loads = res["loads"]
     tree = res["peak_tree_mb"]
     mem = max(res["peak_child_mb"], tree if tree == tree else 0)
@@ -160,7 +179,10 @@ def markdown(res: dict, args, command: str, facts: dict, elapsed: float, tail: s
     intro = (f"`{' '.join(Path(c).name if i == 0 else c for i, c in enumerate(res['cmd']))}` "
              "into a fresh temporary folder, models from the zoo cache. On a machine whose 2 cores "
              "are shared with other jobs the wall time is inflated roughly by the load: a load "
-             "average of L on 2 cores leaves this job about 2 / max(2, L) of the CPU.")
+             "average of L on 2 cores leaves this job about 2 / max(2, L) of the CPU. "
+             f"CPU class: {'as is' if not res.get('env') else 'without native bfloat16, by '}"
+             + " ".join(f"`{k}={v}`" for k, v in (res.get("env") or {}).items())
+             + f"; the demo's first line: \"{res.get('arithmetic', 'not recorded')}\".")
     notes = "\n".join([
         f"- Target: < 10 minutes on 2 cores: {common.met(ok and res['wall_s'] < TARGET_S)} "
         f"({res['wall_s'] / 60:.1f} min at a mean load average of "
@@ -174,7 +196,7 @@ def markdown(res: dict, args, command: str, facts: dict, elapsed: float, tail: s
         if res.get("per_process") else "",
         ("- The demo's final output:\n\n```\n" + tail.strip() + "\n```") if tail.strip() else "",
     ])
-    return common.section("bench_demo", intro, table, notes, command, facts, elapsed)
+    return common.section(name, intro, table, notes, command, facts, elapsed)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -182,8 +204,21 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--quick", action="store_true", help="the quick demo")
     ap.add_argument("--timeout", type=float, default=3600)
     ap.add_argument("--keep", type=Path, default=None, help="write the demo here and keep it")
+    ap.add_argument("--precision", choices=("auto", "fp32", "bf16"), default="auto",
+                    help="the demo's arithmetic (auto: what it decides on this CPU)")
+    ap.add_argument("--cpu-class", choices=("as-is", "avx2"), default="as-is",
+                    help="avx2: as a CPU without native bfloat16 (ATEN_CPU_CAPABILITY=avx2 "
+                         "ONEDNN_MAX_CPU_ISA=AVX2)")
     ap.add_argument("--no-write", action="store_true")
     return ap
+
+
+def section_name(args) -> str:
+    """``bench_demo`` for the demo as this CPU runs it, ``bench_demo_<class>_<precision>`` for
+    another variant."""
+    if args.cpu_class == "as-is" and args.precision == "auto":
+        return "bench_demo"
+    return f"bench_demo_{args.cpu_class.replace('-', '')}_{args.precision}"
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -194,8 +229,12 @@ def main(argv: list[str] | None = None) -> None:
     out = args.keep if args.keep is not None else tmp / "demo"
     log_path = tmp / "demo.log"
     try:
-        res = run_demo(out, args.quick, args.timeout, log_path=log_path)
+        extra, env = variant_args(args.precision, args.cpu_class)
+        res = run_demo(out, args.quick, args.timeout, extra=extra, log_path=log_path, env=env)
         text = log_path.read_text(errors="replace")
+        res["arithmetic"] = next((ln for ln in text.splitlines()
+                                  if ln.startswith("arithmetic:")), "not printed")
+        res["env"] = env
         start = text.rfind("Results (")
         tail = text[start:] if start >= 0 else "\n".join(text.splitlines()[-15:])
         tail = "\n".join(ln for ln in tail.splitlines() if not ln.startswith("HTML report"))
@@ -203,11 +242,12 @@ def main(argv: list[str] | None = None) -> None:
             print(text[-4000:], file=sys.stderr)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    name = section_name(args)
     md = markdown(res, args, common.command_line("bench_demo.py", argv), facts, time.time() - t0,
-                  tail)
+                  tail, name)
     print(md)
     if not args.no_write:
-        print(f"updated {common.update_section('bench_demo', md)}", file=sys.stderr)
+        print(f"updated {common.update_section(name, md)}", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -33,8 +33,10 @@ DOC = REPO / "docs" / "BENCHMARKS.md"
 CKA_DOC = REPO / "docs" / "results" / "benchmarks" / "linear_cka_implementations.md"
 
 #: section order in docs/BENCHMARKS.md
-SECTIONS = ("bench_precision", "bench_step", "bench_trl", "bench_capture", "bench_widgets", "bench_demo",
-            "bench_heap", "bench_jobs", "bench_rehash", "bench_cka")
+SECTIONS = ("bench_precision", "bench_step", "bench_trl", "bench_capture", "bench_widgets",
+            "bench_demo", "bench_demo_avx2_auto", "bench_demo_asis_fp32", "bench_demo_asis_bf16",
+            "bench_demo_avx2_fp32", "bench_demo_avx2_bf16", "profile_demo", "bench_heap",
+            "bench_jobs", "bench_rehash", "bench_cka")
 
 _TITLES = {
     "bench_precision": "Native bfloat16 or not: the CPU, and the overrides that reproduce AVX2",
@@ -43,6 +45,13 @@ _TITLES = {
     "bench_capture": "Hidden-state capture vs a bare forward pass",
     "bench_widgets": "Sweep explorer response time",
     "bench_demo": "`anchorviz demo` end to end",
+    "bench_demo_avx2_auto": "`anchorviz demo` end to end on a CPU without native bfloat16 "
+                            "(AVX2 override)",
+    "bench_demo_asis_fp32": "`anchorviz demo --fp32` end to end",
+    "bench_demo_asis_bf16": "`anchorviz demo --bf16` end to end",
+    "bench_demo_avx2_fp32": "`anchorviz demo --fp32` end to end (AVX2 override)",
+    "bench_demo_avx2_bf16": "`anchorviz demo --bf16` end to end (AVX2 override: emulated)",
+    "profile_demo": "Where the float32 demo's CPU goes (AVX2 override)",
     "bench_heap": "A demo worker's resident memory under allocator settings",
     "bench_jobs": "`anchorviz demo --jobs 1` vs `--jobs 2`",
     "bench_rehash": "Reading a finished sweep: full re-hash vs size + mtime check",
@@ -103,12 +112,38 @@ def mem_total_gb() -> float:
     return float("nan")
 
 
+#: the CPU flags that decide the arithmetic (issue 40): named beside every figure
+ARITHMETIC_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_tile", "amx_bf16")
+#: the environment that reproduces a CPU without native bfloat16 (bench/bench_precision.py)
+OVERRIDES = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "ANCHORVIZ_PRECISION")
+
+
+def cpu_flags() -> str:
+    """The arithmetic-relevant CPU flags of /proc/cpuinfo and the overrides in force, e.g.
+    ``avx2 avx512f avx512_bf16 (no amx_tile, amx_bf16); ONEDNN_MAX_CPU_ISA=AVX2``."""
+    flags: set[str] = set()
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.startswith("flags"):
+                    flags = set(line.split(":", 1)[1].split())
+                    break
+    except OSError:
+        return platform.machine()
+    have = [f for f in ARITHMETIC_FLAGS if f in flags]
+    lack = [f for f in ARITHMETIC_FLAGS if f not in flags]
+    text = " ".join(have) + (f" (no {', '.join(lack)})" if lack else "")
+    env = [f"{k}={os.environ[k]}" for k in OVERRIDES if os.environ.get(k)]
+    return text + ("; " + ", ".join(env) if env else "")
+
+
 def machine_facts() -> dict:
-    """Date, cores, CPU, RAM, Python / torch versions, load average (now)."""
+    """Date, cores, CPU and its arithmetic flags, RAM, Python / torch versions, load average."""
     facts = {
         "date": _dt.datetime.now().strftime("%Y-%m-%d %H:%M"),
         "nproc": os.cpu_count(),
         "cpu": cpu_model(),
+        "cpu_flags": cpu_flags(),
         "ram_gb": round(mem_total_gb(), 1),
         "python": platform.python_version(),
         "load_before": loadavg(),
@@ -130,7 +165,8 @@ def facts_markdown(facts: Mapping, load_after: Sequence[float] | None = None,
     load_after = loadavg() if load_after is None else load_after
     parts = [
         f"Date {facts['date']}",
-        f"{facts['nproc']} cores (`nproc`; {facts['cpu']}), {facts['ram_gb']} GB RAM",
+        f"{facts['nproc']} cores (`nproc`; {facts['cpu']}; flags "
+        f"{facts.get('cpu_flags', 'not recorded')}), {facts['ram_gb']} GB RAM",
         f"Python {facts['python']}, torch {facts.get('torch')} "
         f"({facts.get('torch_threads', '?')} threads)",
     ]

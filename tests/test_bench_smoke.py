@@ -233,3 +233,25 @@ def test_bench_heap_variants_nodes_and_table():
     assert "1,150 MB (0.77x)" in md and "1.03x" in md
     # a variant whose scores differ from the default's says so
     assert md.count("**NO**") == 1
+
+
+def test_bench_demo_takes_both_arithmetics_and_names_the_cpus_flags(tmp_path):
+    """Issue 40: the demo is timed in either arithmetic and as a CPU without native bfloat16
+    (the AVX2 override) on any machine; every figure names the CPU's arithmetic flags."""
+    assert bench_demo.variant_args("auto", "as-is") == ([], {})
+    assert bench_demo.variant_args("fp32", "avx2") == (
+        ["--fp32"], {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"})
+    args = bench_demo.build_parser().parse_args(["--cpu-class", "avx2"])
+    name = bench_demo.section_name(args)
+    assert name == "bench_demo_avx2_auto" and name in common.SECTIONS
+    assert bench_demo.section_name(bench_demo.build_parser().parse_args([])) == "bench_demo"
+    cmd = [sys.executable, "-c", "import os; print('arithmetic: float32, because ' + "
+           "os.environ['ONEDNN_MAX_CPU_ISA']); print('Results (x):'); print('done')"]
+    res = bench_demo.run_demo(tmp_path / "out", quick=True, timeout=60, cmd=cmd,
+                              log_path=tmp_path / "log", env=bench_demo.AVX2_ENV)
+    assert res["rc"] == 0 and "because AVX2" in (tmp_path / "log").read_text()
+    facts = _facts()
+    md = common.facts_markdown(facts)
+    assert "flags" in md and facts["cpu_flags"] in md
+    if Path("/proc/cpuinfo").is_file():
+        assert any(f in facts["cpu_flags"] for f in common.ARITHMETIC_FLAGS)
