@@ -109,6 +109,7 @@ def main(argv: list[str] | None = None) -> int:
               f"  matmul bf16/fp32 {rows[-1][2]:.2f}  linear fwd+bwd {rows[-1][3]:.2f}",
               flush=True)
     lines = [
+        f"## {common._TITLES['bench_precision']}", "",
         "Is bfloat16 native here, and do the overrides that reproduce a CPU without it (the AVX2 "
         "class) really take it away? Each environment is a fresh process on one thread: a "
         f"{args.n} x {args.n} matmul and a Linear(384, 1536) forward + backward at 32 x 48 tokens "
@@ -116,7 +117,10 @@ def main(argv: list[str] | None = None) -> int:
         f"{args.rounds} rounds. `auto` is what `anchorviz.precision.resolve_bf16('auto')` "
         "decides in that environment.",
         "",
-        f"CPU flags: {cpu_flags_line()}.",
+        f"CPU flags: {cpu_flags_line()}." + (
+            " `ATEN_CPU_CAPABILITY=avx2` alone lowers PyTorch's own kernels but leaves "
+            "oneDNN's bfloat16 matmuls native here (ratio below 1): both variables are needed."
+            if rows[0][2] < 1 and rows[1][2] < 1 else ""),
         "",
         "| environment | torch capability | auto takes | matmul bf16 / fp32 | linear fwd+bwd bf16 / fp32 |",
         "|---|---|---|---|---|",
