@@ -142,6 +142,54 @@ def _self_cpu() -> float:
     return ru.ru_utime + ru.ru_stime
 
 
+def tables(rows: list[dict]) -> list[str]:
+    """Markdown lines: the nodes (CPU-s, wall s) and the CPU-seconds by stage and node kind."""
+    lines = ["Per node (CPU-s of the node's process, wall s):", "",
+             "| node | seed | captured | CPU-s | wall s |", "|---|---|---|---|---|"]
+    for r in sorted(rows, key=lambda r: (["teacher", "reference", "ceiling", "student"].index(
+            r["kind"]), r["seed"], r["method"], r["lambda"] or 0)):
+        name = r["kind"] if r["kind"] != "student" else f"student {r['method']}" + (
+            f" lambda {r['lambda']:g}" if r["method"] == "anchor" else "")
+        lines.append(f"| {name} | {r['seed']} | {'yes' if r['captured'] else 'no'} | "
+                     f"{r['cpu']:.0f} | {r['wall']:.0f} |")
+    kinds: dict[str, dict[str, float]] = collections.defaultdict(
+        lambda: collections.defaultdict(float))
+    for r in rows:
+        k = r["kind"] if r["kind"] != "student" else (
+            "student, captured" if r["captured"] else "student, scores only")
+        for st, v in r["stages_cpu"].items():
+            kinds[k][st] += v
+    stages = sorted({st for v in kinds.values() for st in v},
+                    key=lambda st: -sum(v.get(st, 0) for v in kinds.values()))
+    order = [k for k in ("teacher", "reference", "ceiling", "student, captured",
+                         "student, scores only") if k in kinds]
+    total = sum(sum(v.values()) for v in kinds.values()) or float("nan")
+    lines += ["", "CPU-seconds by stage (self time: a nested stage is not counted in its "
+              "parent) and node kind, summed over the profiled nodes:", "",
+              "| stage | " + " | ".join(order) + " | all | share |",
+              "|---|" + "---|" * (len(order) + 2)]
+    for st in stages:
+        vals = [kinds[k].get(st, 0.0) for k in order]
+        lines.append(f"| {st} | " + " | ".join(f"{v:.0f}" for v in vals)
+                     + f" | {sum(vals):.0f} | {sum(vals) / total:.0%} |")
+    lines.append("| **all** | " + " | ".join(f"{sum(kinds[k].values()):.0f}" for k in order)
+                 + f" | {total:.0f} | 100% |")
+    return lines
+
+
+def summarise(folder: Path, argv: list[str] | None, note: str = "") -> str:
+    """The tables of a profile folder's ``profile.jsonl`` (the nodes finished so far)."""
+    import common
+
+    rows = [json.loads(x) for x in (folder / "profile.jsonl").read_text().splitlines()]
+    facts = common.machine_facts()
+    head = [f"## {common._TITLES['profile_demo']}", "",
+            f"PARTIAL: {len(rows)} node(s) finished when this was written. " + note, ""]
+    return "\n".join(head + tables(rows) + [
+        "", common.facts_markdown(facts), "",
+        f"Command: `{common.command_line('profile_demo.py', argv)}`"])
+
+
 def main(argv: list[str] | None = None) -> int:
     import common
 
@@ -152,7 +200,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seeds", type=int, nargs="*", default=None)
     ap.add_argument("--quick", action="store_true", help="the smoke-sized demo (checks the script)")
     ap.add_argument("--write", action="store_true", help="write the section of BENCHMARKS.md")
+    ap.add_argument("--summarise", type=Path, default=None,
+                    help="only tabulate the nodes an earlier (or running) profile finished")
+    ap.add_argument("--note", default="", help="a sentence for a --summarise section")
     args = ap.parse_args(argv)
+    if args.summarise is not None:
+        body = summarise(args.summarise, argv, args.note)
+        print(body)
+        if args.write:
+            common.update_section("profile_demo", body)
+        return 0
     os.environ.setdefault("TQDM_DISABLE", "1")
     facts = common.machine_facts()
     out = Path(args.out or tempfile.mkdtemp(prefix="profile-demo-"))
@@ -213,41 +270,14 @@ def main(argv: list[str] | None = None) -> int:
              f"{sum(driver.wall.values()):.0f} s), {cpu:.0f} CPU-s over the process tree; "
              f"load average (1 min) {loads[0]:.1f} at the start, {loads[1]:.1f} at the end of "
              "the sweep (other jobs shared the 2 cores: the wall time is not an idle one).", "",
-             "Per node (CPU-s of the node's process, wall s):", "",
-             "| node | seed | captured | CPU-s | wall s |", "|---|---|---|---|---|"]
-    for r in sorted(rows, key=lambda r: (["teacher", "reference", "ceiling", "student"].index(
-            r["kind"]), r["seed"], r["method"], r["lambda"] or 0)):
-        name = r["kind"] if r["kind"] != "student" else f"student {r['method']}" + (
-            f" lambda {r['lambda']:g}" if r["method"] == "anchor" else "")
-        lines.append(f"| {name} | {r['seed']} | {'yes' if r['captured'] else 'no'} | "
-                     f"{r['cpu']:.0f} | {r['wall']:.0f} |")
-    kinds: dict[str, dict[str, float]] = collections.defaultdict(lambda: collections.defaultdict(float))
-    for r in rows:
-        k = r["kind"] if r["kind"] != "student" else (
-            "student, captured" if r["captured"] else "student, scores only")
-        for s, v in r["stages_cpu"].items():
-            kinds[k][s] += v
-    stages = sorted({s for v in kinds.values() for s in v},
-                    key=lambda s: -sum(v.get(s, 0) for v in kinds.values()))
-    order = [k for k in ("teacher", "reference", "ceiling", "student, captured",
-                         "student, scores only") if k in kinds]
-    total = sum(sum(v.values()) for v in kinds.values())
-    lines += ["", "CPU-seconds by stage (self time: a nested stage is not counted in its "
-              "parent) and node kind, summed over the demo's nodes:", "",
-              "| stage | " + " | ".join(order) + " | all | share |",
-              "|---|" + "---|" * (len(order) + 2)]
-    for s in stages:
-        vals = [kinds[k].get(s, 0.0) for k in order]
-        lines.append(f"| {s} | " + " | ".join(f"{v:.0f}" for v in vals)
-                     + f" | {sum(vals):.0f} | {sum(vals) / total:.0%} |")
-    lines.append("| **all** | " + " | ".join(f"{sum(kinds[k].values()):.0f}" for k in order)
-                 + f" | {total:.0f} | 100% |")
+             *tables(rows)]
     lines += ["", "After the sweep, in the driver (CPU-s): " + ", ".join(
         f"{k} {v:.1f}" for k, v in driver.cpu.items()) + ".", "",
         common.facts_markdown(facts), "",
-        f"Command: `{common.command_line('profile_demo.py', argv)}`", "", f"Store: {out}"]
+        f"Command: `{common.command_line('profile_demo.py', argv)}`"]
     body = "\n".join(lines)
     print(body)
+    print(f"Store: {out}")
     (out / "profile.md").write_text(body + "\n")
     if args.write:
         common.update_section("profile_demo", body)

@@ -255,3 +255,29 @@ def test_bench_demo_takes_both_arithmetics_and_names_the_cpus_flags(tmp_path):
     assert "flags" in md and facts["cpu_flags"] in md
     if Path("/proc/cpuinfo").is_file():
         assert any(f in facts["cpu_flags"] for f in common.ARITHMETIC_FLAGS)
+
+
+def test_profile_demo_counts_self_time_and_tabulates_by_stage_and_kind(tmp_path):
+    import json
+    import time
+
+    import profile_demo
+
+    clock = profile_demo._Clock()
+    with clock.stage("outer"):
+        time.sleep(0.05)
+        with clock.stage("inner"):
+            time.sleep(0.1)
+    assert 0.09 < clock.wall["inner"] < 0.5 and 0.04 < clock.wall["outer"] < 0.09
+    rows = [{"kind": "teacher", "seed": 0, "method": "naive", "lambda": 0.0, "captured": False,
+             "cpu": 100.0, "wall": 200.0,
+             "stages_cpu": {"training": 60.0, "scoring": 40.0}, "stages_wall": {}},
+            {"kind": "student", "seed": 1, "method": "naive", "lambda": 0.0, "captured": False,
+             "cpu": 50.0, "wall": 90.0,
+             "stages_cpu": {"training": 30.0, "scoring": 20.0}, "stages_wall": {}}]
+    text = "\n".join(profile_demo.tables(rows))
+    assert "| training | 60 | 30 | 90 | 60% |" in text
+    assert "| **all** | 100 | 50 | 150 | 100% |" in text
+    (tmp_path / "profile.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
+    body = profile_demo.summarise(tmp_path, [], "a note")
+    assert "PARTIAL: 2 node(s)" in body and "a note" in body and "flags" in body
