@@ -57,10 +57,13 @@ def test_every_notebook_figure_fits_the_export_width(figures):
         assert all(_line_px(ln, 17) <= NOTEBOOK_WIDTH - 30 for ln in _lines(title)), (name, title)
         assert lay.title.yref == "container" and lay.title.yanchor == "top", name
         assert lay.margin.t >= len(_lines(title)) * 17 * 1.3 + nums["above_plot_px"], name
-        # the legend: below the plot area, at the bottom of the image, with room for its rows
+        # the legend: right under the plot area's axes (not at the foot of the image, which
+        # left 100-150 px empty above it; issue 41), with room for its rows
         if nums["legend_px"]:
             leg = lay.legend
-            assert (leg.orientation, leg.yref, leg.y, leg.yanchor) == ("h", "container", 0, "bottom")
+            assert (leg.orientation, leg.yref, leg.yanchor) == ("h", "paper", "top"), name
+            below = -leg.y * nums["plot_height"]  # px under the plot area's bottom
+            assert 20 <= below <= lay.margin.b - nums["legend_px"], (name, below, nums)
             assert lay.margin.b >= nums["legend_px"] + 40, (name, nums)
         # the plot area keeps a readable height
         assert lay.height - lay.margin.t - lay.margin.b >= 250, (name, nums)

@@ -583,11 +583,29 @@ def metric_summary(results: pd.DataFrame, columns: Sequence[str], confidence: fl
 
 
 def interval_caption(summary: pd.DataFrame) -> str:
+    """What the error bars are, once each: "95% t-interval over 4 seeds" and "... over 5
+    seeds" read "95% t-interval over 4 or 5 seeds"."""
+    import re
+
     kinds = sorted(set(summary.loc[summary["n"] > 0, "interval"]))
     if not kinds:
         return "no values"
-    ns = sorted(set(summary.loc[summary["n"] > 0, "n"]))
-    head = f"mean over {ns[-1]} seeds; " if ns[-1] > 1 else ""
+    merged: dict[str, list[int]] = {}
+    for k in kinds:
+        m = re.fullmatch(r"(.*) over (\d+) seeds?", str(k))
+        if m:
+            merged.setdefault(m.group(1), []).append(int(m.group(2)))
+        else:
+            merged.setdefault(str(k), [])
+    def seeds(ns: list[int]) -> str:
+        ns = sorted(set(ns))
+        if len(ns) == 1:
+            return f"{ns[0]} seed{'s' if ns[0] != 1 else ''}"
+        return ", ".join(map(str, ns[:-1])) + f" or {ns[-1]} seeds"
+
+    kinds = [head if not ns else f"{head} over {seeds(ns)}" for head, ns in merged.items()]
+    ns = [int(n) for n in summary.loc[summary["n"] > 0, "n"]]
+    head = f"mean over {seeds(ns)}; " if max(ns) > 1 else ""
     return head + "error bars: " + "; ".join(kinds)
 
 

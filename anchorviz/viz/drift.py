@@ -440,7 +440,10 @@ def drift_vs_ood_figure(
         logger.info("%d run x panel point(s) without drift / gain left out", left_out)
 
     scale = 100.0 if _is_fraction_col(gain_col) else 1.0
-    seeds = unique_values(rows["seed"]) if len(rows) else []
+    # the seeds that have a point in some panel: a seed whose runs drew nothing (scores-only
+    # runs keep no drift) gets no legend entry
+    drawn = [p["seed"] for p in panels.values() if len(p)]
+    seeds = unique_values(pd.concat(drawn)) if drawn else []
     symbol = {s: _SEED_SYMBOLS[i % len(_SEED_SYMBOLS)] for i, s in enumerate(seeds)}
     names = list(panels)
     stats = {n: _relation_stat(panels[n], min_n, n_boot, seed, ci_level) for n in names}

@@ -411,17 +411,30 @@ def _legend_groups(fig: go.Figure) -> list[list[str]]:
     return list(groups.values())
 
 
-def _bottom_axis_px(fig: go.Figure, plot_w: float) -> float:
-    """Room under the plot area for the lowest x axes' tick labels and titles (rotated
-    category labels when they do not fit side by side)."""
-    tick = _TICK_PX + 10.0
+def _category_ticks(fig: go.Figure, plot_w: float) -> tuple[bool, float] | None:
+    """For a figure with category x labels: (whether they are turned, the longest label's
+    width); None without category labels. Turned when they may not fit side by side (an upper
+    estimate of their widths); :func:`static_layout` then turns them by 30 degrees itself, so
+    that the room it leaves matches what is drawn."""
+    widths = []
     for t in fig.data:
         xs = getattr(t, "x", None)
         if xs is None or not len(xs) or not all(isinstance(v, str) for v in xs):
             continue
         longest = max(_text_px(v, _TICK_PX) for v in xs)
-        if longest > 0.9 * plot_w / len(xs):  # plotly turns them by 30 degrees
-            tick = max(tick, 0.5 * longest + _TICK_PX + 10)
+        widths.append((longest > 0.9 * plot_w / len(xs), longest))
+    if not widths:
+        return None
+    return any(r for r, _ in widths), max(w for _, w in widths)
+
+
+def _bottom_axis_px(fig: go.Figure, plot_w: float) -> float:
+    """Room under the plot area for the lowest x axes' tick labels and titles (category labels
+    turned by 30 degrees when they do not fit side by side, :func:`_category_ticks`)."""
+    tick = _TICK_PX + 10.0
+    cat = _category_ticks(fig, plot_w)
+    if cat is not None and cat[0]:
+        tick = max(tick, 0.5 * cat[1] + _TICK_PX + 10)
     title = 0.0
     for k in fig.layout:
         if k.startswith("xaxis") and fig.layout[k].title.text:
@@ -435,8 +448,8 @@ def _bottom_axis_px(fig: go.Figure, plot_w: float) -> float:
 def static_layout(fig: go.Figure, width: int = NOTEBOOK_WIDTH) -> go.Figure:
     """A copy of ``fig`` laid out for a static image ``width`` CSS px wide (a stored notebook's
     PNG: it cannot reflow): the title wrapped to the width and pinned to the top, subplot
-    titles wrapped to their panel's width, the legend in rows of equal columns below the plot
-    area and the x axes' labels, and the margins grown to hold each of them, so that no title,
+    titles wrapped to their panel's width, the legend in rows of equal columns right under the
+    plot area and the x axes' labels, and the margins grown to hold each of them, so that no title,
     legend or axis title runs into another or is cut. The plot area keeps its height.
     ``layout.meta["static_layout"]`` records the numbers (width, margins, legend rows)."""
     out = go.Figure(fig)
@@ -498,13 +511,22 @@ def static_layout(fig: go.Figure, width: int = NOTEBOOK_WIDTH) -> go.Figure:
         grouped = any(t.legendgroup for t in out.data if t.showlegend is not False)
         rows = len(names) if grouped else -(-len(names) // cols)
         legend_h = rows * _LEGEND_ROW_PX + (10 if stack > 1 else 0) * -(-len(groups) // cols)
-        out.update_layout(legend={"orientation": "h", "yref": "container", "y": 0.0,
-                                  "yanchor": "bottom", "xanchor": "left", "x": 0.0,
+    cat = _category_ticks(out, plot_w)
+    if cat is not None:  # what the room below the axes was sized for, not plotly's own choice
+        out.update_xaxes(tickangle=-30 if cat[0] else 0)
+    axis_px = _bottom_axis_px(out, plot_w)
+    if groups:
+        # right under the x axes' labels and titles (paper y: 0 is the plot area's bottom), so
+        # that a legend shorter than estimated leaves room at the image's foot, not between
+        # the axes and the legend
+        out.update_layout(legend={"orientation": "h", "yref": "paper",
+                                  "y": -(axis_px + 6) / plot_h, "yanchor": "top",
+                                  "xanchor": "left", "x": 0.0,
                                   "entrywidthmode": "pixels",
                                   "entrywidth": int(plot_w / cols) - 40,
                                   "font": {"size": _LEGEND_PX}})
     top = title_h + above + 12
-    bottom = _bottom_axis_px(out, plot_w) + legend_h + 24
+    bottom = axis_px + legend_h + 24
     out.update_layout(width=width, height=round(plot_h + top + bottom), autosize=False,
                       margin={"t": round(top), "b": round(bottom), "l": left, "r": right})
     meta = dict(lay.meta) if isinstance(lay.meta, dict) else {}

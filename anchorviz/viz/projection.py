@@ -335,5 +335,17 @@ def umap_figure(
         legend=BOTTOM_LEGEND, margin={"t": 100, "b": 190}, height=680, autosize=True,
     )
     fig.layout.meta = {"projection_method": how}
+    # one unit is as long on both axes; the plot box narrows to the data (constrain="domain")
+    # instead of the range widening past it, so the points fill the box and the movement
+    # lines stay long enough to see
+    pts = [np.concatenate([g[m][c].to_numpy(float) for g in groups for m in ("student",
+                                                                             "reference")])
+           for c in ("x", "y")]
+    for axis, v in zip(("xaxis", "yaxis"), pts):
+        v = v[np.isfinite(v)]
+        if len(v):
+            lo, hi = float(v.min()), float(v.max())
+            pad = 0.04 * max(hi - lo, 1e-6)
+            fig.layout[axis].update(range=[lo - pad, hi + pad], constrain="domain")
     fig.update_yaxes(scaleanchor="x", scaleratio=1)
     return fig

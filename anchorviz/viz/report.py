@@ -608,6 +608,22 @@ def _drift_columns(sweep_dir: Path, results: pd.DataFrame) -> set[str]:
     return set()
 
 
+#: the width the report's figures are laid out for: the page's content column at 1280 px (the
+#: body's max-width); they still follow the window (plotly autosize) when it is narrower
+REPORT_FIGURE_WIDTH = 1200
+
+
+def report_layout(fig):
+    """``fig`` laid out for the report (`anchorviz.viz.export.static_layout` at
+    :data:`REPORT_FIGURE_WIDTH`: the title and subplot titles wrapped, the legend right under the
+    x axes, margins that hold each), then left to follow the page's width."""
+    from anchorviz.viz.export import static_layout
+
+    out = static_layout(fig, width=REPORT_FIGURE_WIDTH)
+    out.update_layout(width=None, autosize=True)
+    return out
+
+
 def _lead_figure(sweep_dir: Path, results: pd.DataFrame):
     """The verdict figure (`anchorviz.viz.verdict.verdict_figure`) when the folder holds naive
     students of one setting; None otherwise (mixed settings are shown per setting below)."""
@@ -620,8 +636,7 @@ def _lead_figure(sweep_dir: Path, results: pd.DataFrame):
     except Exception as err:  # e.g. several settings: the verdict box says why
         logger.info("report: no lead verdict figure (%s)", err)
         return None
-    fig.update_layout(width=None, autosize=True)
-    return fig
+    return report_layout(fig)
 
 
 #: one line under each report figure: what to look for. Keyed by the figure's title, or by a
@@ -1192,7 +1207,8 @@ def write_report(sweep_dir: str | Path, path: str | Path | None = None, *,
         if isinstance(obj, str):
             parts.append(obj + "</section>")
             continue
-        obj.update_layout(width=None, autosize=True)
+        observed = observed_caption(title, obj, results)
+        obj = report_layout(obj)
         height = obj.layout.height or 520
         parts.append(obj.to_html(full_html=False, include_plotlyjs="inline" if first else False,
                                  default_width="100%", default_height=f"{height}px",
@@ -1200,7 +1216,6 @@ def write_report(sweep_dir: str | Path, path: str | Path | None = None, *,
         caption = figure_caption_for(title)
         if caption:
             parts.append(f"<p class='caption'>{esc(caption)}</p>")
-        observed = observed_caption(title, obj, results)
         if observed:
             parts.append(f"<p class='caption observed'>{esc(observed)}</p>")
         parts.append("</section>")

@@ -259,9 +259,13 @@ def slice_figure(story: Story, store: str, split: str, cue: str, anchor_lambda: 
     con = contrast if contrast is not None else slice_contrast(story, store, split, cue,
                                                                anchor_lambda)
     names = [_method_name(m, anchor_lambda) for m in summ["method"]]
+    # titles in short lines: the explorer's panel may be 440 px wide, two subplots in it
     fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.12, subplot_titles=[
-        f"follows the cue where it misleads (≥{int(summ['n_disagree_min'].min())} pairs/seed)",
-        f"accuracy where the cue agrees (≥{int(summ['n_agree_min'].min())} pairs/seed)"])
+        f"follows the cue<br>where it misleads<br>(≥{int(summ['n_disagree_min'].min())} "
+        "pairs per seed)",
+        f"accuracy<br>where the cue agrees<br>(≥{int(summ['n_agree_min'].min())} pairs per "
+        "seed)"])
+    fig.update_annotations(font_size=12)
     for col, key in ((1, "follow"), (2, "agree")):
         for r, name in zip(summ.itertuples(index=False), names):
             color = _COLORS[r.method]
@@ -290,13 +294,19 @@ def slice_figure(story: Story, store: str, split: str, cue: str, anchor_lambda: 
     fig.update_yaxes(range=[0, 100], title_text="%", row=1, col=1)
     fig.update_yaxes(range=[0, 100], row=1, col=2)
     fig.add_hline(y=50, line={"dash": "dot", "color": "grey", "width": 1}, row="all", col="all")
+    from anchorviz.viz.export import _wrap_html
+
     sub = (f"naive − ceiling {_interval_text(con['inherited'])}, ANCHOR − naive "
            f"{_interval_text(con['anchor'])} points (follow rate where it misleads, paired over "
            "seeds, 95% t-interval)")
+    title = _wrap_html(f"Cue '{cue}' on {split_label(split)} ({store} source)<br><sup>{sub}</sup>",
+                       400, 17)  # lines that fit the narrowest panel
+    lines = title.count("<br") + 1
     fig.update_layout(
-        template=TEMPLATE, height=_HEIGHT,
-        title=figure_title(f"Cue '{cue}' on {split_label(split)} ({store} source)", sub),
-        legend=BOTTOM_LEGEND)
+        template=TEMPLATE, height=_HEIGHT + 16 * lines,
+        title={"text": title, "x": 0.01, "xanchor": "left", "yref": "container", "y": 1.0,
+               "yanchor": "top", "pad": {"t": 27}},  # room for the first line (export.py)
+        legend=BOTTOM_LEGEND, margin={"t": 34 + 17 * lines + 52, "b": 90})
     return fig
 
 
