@@ -78,12 +78,13 @@ def _warn_emulated_bf16() -> None:
     if _BF16_WARNED:
         return
     _BF16_WARNED.append(True)
-    cpu = torch.cpu
-    native = any(getattr(cpu, f, lambda: False)() for f in
-                 ("_is_avx512_bf16_supported", "_is_amx_tile_supported"))
+    from anchorviz.precision import EMULATED_COST, native_bf16
+
+    native, why = native_bf16("cpu")  # the overrides that reproduce an AVX2 CPU count too
     if not native:
-        logger.warning("bf16: this CPU has neither avx512_bf16 nor AMX, so bfloat16 autocast is "
-                       "emulated and slower than float32 (anchorviz demo --fp32, or bf16: false)")
+        logger.warning("bf16: %s, so bfloat16 autocast is emulated, about %gx slower than "
+                       "float32 or more (anchorviz demo --fp32, or bf16: false / auto)", why,
+                       EMULATED_COST)
 
 
 def make_optimizer(groups: list[dict], lr: float, name: str = "adamw_fused") -> torch.optim.AdamW:
