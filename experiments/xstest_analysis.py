@@ -40,6 +40,10 @@ def _pts(x: float) -> str:
     return "-" if x is None or not math.isfinite(x) else f"{100 * x:+.1f}"
 
 
+def _lam(x: float | None) -> str:
+    return "none yet (no last-layer ANCHOR run finished)" if x is None else f"{x:g}"
+
+
 def export(out: Path, sources: list[str], story_dir: Path, command: str) -> list[str]:
     """Rebuild the sources' tables and write the story folder; returns the sources with runs."""
     from anchorviz.analysis.cues import audit_datasets
@@ -96,7 +100,7 @@ def markdown(story_dir: Path, stores: list[str], command: str) -> str:
                          f"{f'{drift.mean():.3f}' if len(drift) else '-'} |")
         lines += ["", f"Ceiling on the source test: {_pct(info['ceiling_source_test'])}% "
                   f"(bar {100 * CEILING_BAR:.0f}%: {'passes' if info['passes_bar'] else 'FAILS'});"
-                  f" ANCHOR lambda chosen on source validation: **{info['lambda']:g}**; smallest "
+                  f" ANCHOR lambda chosen on source validation: **{_lam(info['lambda'])}**; smallest "
                   f"slices: {info['n_respond_disagree_min']} R pairs where the refusal is rejected,"
                   f" {info['n_refuse_agree_min']} F pairs where it is chosen.", "",
                   "Every run:", "",

@@ -419,6 +419,13 @@ def _check_04(nb) -> None:
     assert "realdata-pandalm         length   naive − ceiling -13.6 [-22.0, -5.3]" in text
     assert text.count("read nothing from this study's weak-to-strong numbers") == 1  # uf only
     assert PLOTLY_MIME in _mimes(nb) and WIDGET_MIME in _mimes(nb)
+    # the over-refusal study (issue 44) reads its committed store: verdicts per source and
+    # question, the OOD-risk check's own words, the ten tests
+    for store in ("hh", "pku"):
+        assert f"source {store}: seeds [" in text
+    assert text.count("OOD-risk estimator: ") == 2
+    assert "(a) " in text and "(b) " in text and "(c) " in text
+    assert "follow rate on should-respond, naive - ceiling" in text
     if realdata_dir() is None:
         assert "was not found" in text
     else:

@@ -136,7 +136,16 @@ def test_ceiling_bar_and_partial_seeds() -> None:
     v = refusal_verdicts(_story(seeds=[80, 81]), n_boot=200)
     assert all(x.startswith("(partial: 2 seeds) No verdict yet: the pre-registered tests need "
                             "at least 3 seeds") for x in v.sentences["pku"].values())
-    assert "the naive student prefers the refusal" in v.sentences["pku"]["a"]
+    assert "So far it prefers the refusal where refusing is wrong" in v.sentences["pku"]["a"]
+    # the a-first order (RESULTS): naive / ceiling on 3 seeds, no ANCHOR student yet
+    st = _story(seeds=[80, 81, 82])
+    st.results = st.results[st.results["method"] != "anchor"]
+    st.slices = st.slices[st.slices["run_id"].isin(st.results["run_id"])]
+    st.drift = st.drift[st.drift["run_id"].isin(st.results["run_id"])]
+    v = refusal_verdicts(st, n_boot=200)
+    assert v.sentences["hh"]["a"].startswith("(partial: 3 seeds) Yes: the naive student inherits")
+    assert v.sentences["hh"]["b"].startswith("(partial: 0 seeds) No verdict yet")
+    assert v.sentences["hh"]["c"].startswith("(partial: 0 seeds) No verdict yet")
     v = refusal_verdicts(_story(seeds=[80]), n_boot=200)  # one seed: no interval, no p
     assert v.tests["p"].isna().sum() >= 8 and not v.tests["passes"].any()
 
@@ -194,3 +203,31 @@ def test_report_of_a_story_folder(tmp_path: Path) -> None:
     assert "hh source: who prefers the refusal?" in html and "pku source" in html
     assert "(a) Yes: the naive student inherits over-refusal" in html
     assert html.count("plotly-graph-div") >= 4
+
+
+def test_the_committed_xstest_story_of_notebook_04_loads() -> None:
+    """notebooks/data/xstest_story: the issue-44 runs as numbers only (no text of the data, no
+    machine path), both sources, the pre-registered seeds and settings, readable by the
+    verdicts."""
+    from anchorviz.analysis.story import load_story
+
+    folder = Path(__file__).resolve().parents[1] / "notebooks" / "data" / "xstest_story"
+    s = load_story(folder)
+    assert set(s.stores) == {"hh", "pku"}
+    allowed = {"teacher", "ceiling", "naive", "ANCHOR λ=0.3 (last)", "ANCHOR λ=3 (last)",
+               "ANCHOR λ=3 (middle)"}
+    for store in s.stores:
+        runs = refusal_runs(s, store)
+        assert set(runs["seed"]) <= set(SEEDS) and set(runs["setting"]) <= allowed
+        students = runs[runs["method"] != "teacher"]
+        assert students["follow_respond"].between(0, 1).all()
+        assert (students["n_respond_disagree"] >= 20).all()
+        assert students["drift_respond"].notna().all()
+    assert len(refusal_verdicts(s, n_boot=100).tests) == 5 * len(s.stores)
+    for name in ("results.csv", "slices.csv", "drift.csv", "story.json"):
+        text = (folder / name).read_text()
+        assert "/tmp/" not in text and "/work/" not in text and "shared/realdata" not in text
+    text_cols = {"store", "run_id", "kind", "method", "anchor_layers", "source", "split", "cue",
+                 "dataset", "interval"}
+    for table in (s.results, s.slices, s.drift) + ((s.audit,) if s.audit is not None else ()):
+        assert set(table.select_dtypes("object").columns) <= text_cols

@@ -245,7 +245,8 @@ def refusal_verdicts(story: Story, stores: Sequence[str] | None = None, *, alpha
                 "means": runs.groupby("setting")[["acc_val", "acc_id", "follow_respond",
                                                   "acc_respond", "follow_refuse", "acc_refuse",
                                                   "drift_respond"]].mean()}
-        info["passes_bar"] = bool(info["ceiling_source_test"] >= CEILING_BAR)
+        # the bar is read once the ceiling exists (NaN: no ceiling yet, nothing to hold back)
+        info["passes_bar"] = not (info["ceiling_source_test"] < CEILING_BAR)
         info["slices_enter"] = (info["n_respond_disagree_min"] >= MIN_SLICE
                                 and info["n_refuse_agree_min"] >= MIN_SLICE)
         per[store] = info
@@ -282,73 +283,95 @@ def _sign(t: pd.Series) -> int:
     return 1 if t["mean"] > 0 else -1
 
 
+def _pre(n: int) -> str:
+    return "" if n >= 5 else f"(partial: {n} seed{'s' if n != 1 else ''}) "
+
+
+def _not_yet(n: int, what: str) -> str:
+    return (f"{_pre(n)}No verdict yet: the pre-registered tests need at least {MIN_SEEDS} seeds "
+            f"(and are read on 5); {n} seed{'s' if n != 1 else ''} {'has' if n == 1 else 'have'} "
+            f"{what}.")
+
+
 def _sentences(t: pd.DataFrame, info: dict, store: str) -> dict[str, str]:
-    seeds = len(info["seeds"])
-    pre = "" if seeds >= 5 else f"(partial: {seeds} seed{'s' if seeds != 1 else ''}) "
+    """One plain sentence per question; each question is read on the seeds its runs exist on
+    (rule 8), with no verdict below the ceiling bar (rule 4) or the slice rule (rule 2)."""
+    m = info["means"]
+    n_all = len(info["seeds"])
     if not info["passes_bar"]:
-        no = (f"{pre}No verdict: the gold ceiling reaches {100 * info['ceiling_source_test']:.1f}% "
-              f"on the {store} source test, below the {100 * CEILING_BAR:.0f}% bar, so its "
-              "weak-to-strong numbers are not read.")
-        return {"a": no, "b": no, "c": no}
-    if seeds < MIN_SEEDS:
-        m = info["means"]
-        desc = ""
-        if {"naive", "ceiling"} <= set(m.index):
-            desc = (f" So far: the naive student prefers the refusal where refusing is wrong in "
-                    f"{100 * m.loc['naive', 'follow_respond']:.1f}% of those pairs, the ceiling in "
-                    f"{100 * m.loc['ceiling', 'follow_respond']:.1f}%.")
-        no = (f"{pre}No verdict yet: the pre-registered tests need at least {MIN_SEEDS} seeds "
-              f"(and are read on 5); {seeds} finished.{desc}")
+        no = (f"{_pre(n_all)}No verdict: the gold ceiling reaches "
+              f"{100 * info['ceiling_source_test']:.1f}% on the {store} source test, below the "
+              f"{100 * CEILING_BAR:.0f}% bar, so its weak-to-strong numbers are not read.")
         return {"a": no, "b": no, "c": no}
     if not info["slices_enter"]:
-        no = (f"{pre}No verdict: a refusal slice holds fewer than {MIN_SLICE} pairs on some seed.")
+        no = (f"{_pre(n_all)}No verdict: a refusal slice holds fewer than {MIN_SLICE} pairs on "
+              "some seed.")
         return {"a": no, "b": no, "c": no}
-    m = info["means"]
     a1, a2, b1, b2, c1 = (t.loc[k] for k in ("a1", "a2", "b1", "b2", "c1"))
-    follow = (f"it prefers the refusal where refusing is wrong in "
-              f"{100 * m.loc['naive', 'follow_respond']:.1f}% of those pairs against the ceiling's "
-              f"{100 * m.loc['ceiling', 'follow_respond']:.1f}% (teacher "
-              f"{100 * m.loc['teacher', 'follow_respond']:.1f}%)")
-    sa = _sign(a1)
-    if sa > 0:
-        a = f"Yes: the naive student inherits over-refusal from its weak labels: {follow}"
-    elif sa < 0:
-        a = f"No, the opposite: the naive student refuses less than its gold ceiling: {follow}"
+    out = {}
+    have = {"naive", "ceiling"} <= set(m.index)
+    follow = ("" if not have else
+              f"it prefers the refusal where refusing is wrong in "
+              f"{100 * m.loc['naive', 'follow_respond']:.1f}% of those pairs against the "
+              f"ceiling's {100 * m.loc['ceiling', 'follow_respond']:.1f}%"
+              + (f" (teacher {100 * m.loc['teacher', 'follow_respond']:.1f}%)"
+                 if "teacher" in m.index else ""))
+    n_a = int(a1["seeds"])
+    if n_a < MIN_SEEDS:
+        out["a"] = _not_yet(n_a, "a naive student and its ceiling") + (
+            f" So far {follow}." if follow else "")
     else:
-        a = f"No effect: the naive student follows the refusal as much as its gold ceiling: {follow}"
-    a += (f"; naive - ceiling {_iv(a1)} (Holm p {a1['holm']:.3f}), accuracy on should-respond "
-          f"{_iv(a2)} (Holm p {a2['holm']:.3f}).")
+        sa = _sign(a1)
+        if sa > 0:
+            a = f"Yes: the naive student inherits over-refusal from its weak labels: {follow}"
+        elif sa < 0:
+            a = (f"No, the opposite: the naive student refuses less than its gold ceiling: "
+                 f"{follow}")
+        else:
+            a = (f"No effect: the naive student follows the refusal as much as its gold "
+                 f"ceiling: {follow}")
+        out["a"] = _pre(n_a) + a + (
+            f"; naive - ceiling {_iv(a1)} (Holm p {a1['holm']:.3f}), accuracy on should-respond "
+            f"{_iv(a2)} (Holm p {a2['holm']:.3f}).")
     lam = info["lambda"]
-    sb1, sb2 = _sign(b1), _sign(b2)
-    gain = info["b_acc_respond"]["mean"]
-    if sb1 < 0 and sb2 >= 0:
-        b = f"ANCHOR (λ={lam:g}) lowers over-refusal at no measured cost on should-refuse"
-    elif sb1 < 0 and sb2 < 0:
-        b = (f"ANCHOR (λ={lam:g}) lowers over-refusal but costs more than it helps"
-             if -b2["mean"] > gain else
-             f"ANCHOR (λ={lam:g}) lowers over-refusal at a cost on should-refuse")
-    elif sb1 > 0:
-        b = f"ANCHOR (λ={lam:g}) makes the student refuse more where refusing is wrong"
-    elif sb2 < 0:
-        b = (f"ANCHOR (λ={lam:g}) has no effect on over-refusal and costs accuracy where "
-             "refusing is right: it costs more than it helps")
+    n_b = int(b1["seeds"])
+    if lam is None or n_b < MIN_SEEDS:
+        out["b"] = _not_yet(n_b, "ANCHOR students at the last layer beside a naive student")
     else:
-        b = f"No effect: ANCHOR (λ={lam:g}, chosen on source validation) changes neither"
-    b += (f": follow rate on should-respond ANCHOR - naive {_iv(b1)} (Holm p {b1['holm']:.3f}), "
-          f"accuracy on should-refuse {_iv(b2)} (Holm p {b2['holm']:.3f}).")
-    sc = _sign(c1)
-    if not math.isfinite(c1["mean"]):
-        c = "No reading: too few points to correlate."
-    elif sc > 0:
-        c = "Yes: the change goes with the drift ANCHOR removes"
-    elif sc < 0:
-        c = "The opposite: where ANCHOR removes more drift the student follows the refusal more"
+        sb1, sb2 = _sign(b1), _sign(b2)
+        gain = info["b_acc_respond"]["mean"]
+        if sb1 < 0 and sb2 >= 0:
+            b = f"ANCHOR (λ={lam:g}) lowers over-refusal at no measured cost on should-refuse"
+        elif sb1 < 0 and sb2 < 0:
+            b = (f"ANCHOR (λ={lam:g}) lowers over-refusal but costs more than it helps"
+                 if -b2["mean"] > gain else
+                 f"ANCHOR (λ={lam:g}) lowers over-refusal at a cost on should-refuse")
+        elif sb1 > 0:
+            b = f"ANCHOR (λ={lam:g}) makes the student refuse more where refusing is wrong"
+        elif sb2 < 0:
+            b = (f"ANCHOR (λ={lam:g}) has no effect on over-refusal and costs accuracy where "
+                 "refusing is right: it costs more than it helps")
+        else:
+            b = f"No effect: ANCHOR (λ={lam:g}, chosen on source validation) changes neither"
+        out["b"] = _pre(n_b) + b + (
+            f": follow rate on should-respond ANCHOR - naive {_iv(b1)} (Holm p "
+            f"{b1['holm']:.3f}), accuracy on should-refuse {_iv(b2)} (Holm p {b2['holm']:.3f}).")
+    n_c = int(c1["seeds"]) if math.isfinite(c1["seeds"]) else 0
+    if n_c < MIN_SEEDS or not math.isfinite(c1["mean"]) or not math.isfinite(c1["p"]):
+        out["c"] = _not_yet(n_c, "ANCHOR students beside a naive student")
     else:
-        c = "No link seen: the change does not go with the drift ANCHOR removes at these settings"
-    if math.isfinite(c1["mean"]):
-        c += f" ({_iv(c1)} over {len(info['link_points'])} seed x setting points, Holm p " \
-             f"{c1['holm']:.3f})."
-    return {"a": pre + a, "b": pre + b, "c": pre + c}
+        sc = _sign(c1)
+        if sc > 0:
+            c = "Yes: the change goes with the drift ANCHOR removes"
+        elif sc < 0:
+            c = ("The opposite: where ANCHOR removes more drift the student follows the refusal "
+                 "more")
+        else:
+            c = ("No link seen: the change does not go with the drift ANCHOR removes at these "
+                 "settings")
+        out["c"] = _pre(n_c) + c + (f" ({_iv(c1)} over {len(info['link_points'])} seed x "
+                                    f"setting points, Holm p {c1['holm']:.3f}).")
+    return out
 
 
 def ood_risk_check(runs: pd.DataFrame, coverage_needed: float = 0.8) -> dict:

@@ -331,12 +331,15 @@ class RefusalExplorer:
         s = self.verdicts.sentences.get(store, {})
         name = setting_label("anchor", *chosen)
         g = runs[runs["setting"] == name]
-        shown = (f"{_escape(name)}: prefers the refusal where it is wrong in "
+        settings = anchor_settings(runs)
+        shown = ("No ANCHOR student has finished yet: teacher, ceiling and naive student are "
+                 "shown." if not settings else
+                 f"{_escape(name)}: prefers the refusal where it is wrong in "
                  f"{100 * g['follow_respond'].mean():.1f}% (naive "
                  f"{100 * runs.loc[runs['method'] == 'naive', 'follow_respond'].mean():.1f}%); "
                  f"should-refuse accuracy {100 * g['acc_refuse'].mean():.1f}%."
                  if have else f"{_escape(name)} was not run (the plan ran "
-                 f"{', '.join(setting_label('anchor', *x) for x in anchor_settings(runs))}).")
+                 f"{', '.join(setting_label('anchor', *x) for x in settings)}).")
         self.status.value = (
             f"<b>{_escape(store)} source.</b> {shown}<br>"
             + "<br>".join(f"<b>({q})</b> {_escape(s[q])}" for q in ("a", "b", "c") if q in s))
