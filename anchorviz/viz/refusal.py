@@ -118,8 +118,8 @@ def refusal_figure(story: Story, store: str, *, selected: tuple[float, str] | No
                 hovertemplate=(f"{name}: mean %{{y:.1f}}% over {len(vals)} seeds<br>95% interval "
                                f"{lo:.1f} to {hi:.1f}<extra></extra>")), row=1, col=col)
     fig.update_xaxes(tickmode="array", tickvals=list(range(len(order))), ticktext=order,
-                     tickangle=-40, range=[-0.6, len(order) - 0.4])
-    fig.update_yaxes(range=[0, 100])
+                     tickangle=-40, range=[-0.6, len(order) - 0.4], zeroline=False)
+    fig.update_yaxes(range=[-3, 104])
     fig.update_yaxes(title_text="% of pairs", row=1, col=1)
     fig.add_hline(y=50, line={"dash": "dot", "color": "grey", "width": 1}, row="all", col="all")
     seeds = sorted(runs["seed"].unique())
@@ -128,7 +128,7 @@ def refusal_figure(story: Story, store: str, *, selected: tuple[float, str] | No
            "pairs/seed where the refusing answer is the rejected one; mean and 95% t-interval "
            "over seeds, each seed a point")
     fig.update_layout(template=TEMPLATE, height=_HEIGHT, legend=BOTTOM_LEGEND,
-                      margin={"b": 150},
+                      margin={"b": 150, "t": 130},
                       title=figure_title("Over-refusal on XSTest: who prefers the refusal?", sub))
     return fig
 
@@ -174,6 +174,9 @@ def drift_link_figure(story: Story, store: str, *, layer: int | None = None,
             customdata=p["seed"].to_numpy()[:, None],
             hovertemplate=(f"{name}, seed %{{customdata[0]}}<br>Δ drift %{{x:+.3f}}<br>Δ follow "
                            "%{y:+.1f} points<extra></extra>")), row=1, col=2)
+    if pts.empty:
+        fig.add_annotation(text="no ANCHOR student beside a naive one yet", showarrow=False,
+                           x=0, y=0, row=1, col=2)
     fig.add_hline(y=0, line={"dash": "dot", "color": "grey", "width": 1}, row=1, col=2)
     fig.add_vline(x=0, line={"dash": "dot", "color": "grey", "width": 1}, row=1, col=2)
     fig.update_xaxes(title_text="centred cosine drift on should-respond", row=1, col=1)
@@ -189,7 +192,7 @@ def drift_link_figure(story: Story, store: str, *, layer: int | None = None,
         r = (f"r = {link['r']:+.2f} [{link['lo']:+.2f}, {link['hi']:+.2f}] (seed bootstrap, "
              f"{len(pts)} points; the last layer's drift is the pre-registered one)")
     fig.update_layout(template=TEMPLATE, height=_HEIGHT - 60, legend=BOTTOM_LEGEND,
-                      margin={"b": 110},
+                      margin={"b": 110, "t": 110},
                       title=figure_title(f"Does the change go with the drift removed? ({store} "
                                          "source)", r))
     return fig
