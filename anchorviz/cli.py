@@ -137,15 +137,22 @@ def cmd_run(args) -> int:
 
 def _print_current(df, configs: list, out: str) -> None:
     """The results rows of the runs of ``configs`` (the grid just run); rows of other run ids
-    in the folder (older inputs, another grid) are left out, and counted in a note."""
-    from anchorviz.pipeline.expected import current_rows, run_ids_of
+    in the folder are left out and counted in a note: those of another grid recorded on the
+    folder (another sweep / run, named), and stale ones (older inputs)."""
+    from anchorviz.pipeline.expected import current_rows, other_grid_rows, run_ids_of
     from anchorviz.pipeline.results import results_text
 
-    cur, stale = current_rows(df, run_ids_of(configs))
+    ids = run_ids_of(configs)
+    cur, left_out = current_rows(df, ids)
     print(results_text(cur))
+    others = other_grid_rows(df, out, ids) if left_out else {}
+    for label, n in others.items():
+        print(f"({n} row(s) of another grid on this folder, {label} in "
+              f"{Path(out) / 'grids'}, are not shown: `anchorviz report {out}` shows every grid)")
+    stale = left_out - sum(others.values())
     if stale:
         print(f"({stale} older row(s) in {Path(out) / 'results.parquet'} are not from this "
-              "config's current run ids (inputs changed, or another config) and are not shown)")
+              "config's current run ids (inputs changed since) and are not shown)")
 
 
 def cmd_sweep(args) -> int:
@@ -217,25 +224,40 @@ def cmd_report(args) -> int:
 
 
 def cmd_verify(args) -> int:
-    """Hash every file of a run folder, or of every run of a sweep folder, against its
-    manifest (reading a finished run checks sizes and mtimes only); list each run that is not
-    finished and intact. Exit 3 when there is one."""
-    from anchorviz.pipeline.store import MANIFEST, scan_runs, verify_run_dir
+    """Hash every file of a run folder, or of every run and every shared artefact (reference
+    captures, shared projections, SEAM caches: ``shared/``) of a sweep folder, against its
+    manifest (reading a finished run checks sizes and mtimes only); list each run or shared
+    folder that is not intact. Exit 3 when there is one."""
+    from anchorviz.pipeline.store import MANIFEST, scan_runs, verify_run_dir, verify_shared_dir
 
     path = Path(args.dir)
+    shared: dict[str, tuple[str, str]] = {}
     if (path / MANIFEST).is_file():
         ok, why = verify_run_dir(path, full=True)
         finished, bad = ([path.name], {}) if ok else ([], {path.name: why})
     elif (path / "runs").is_dir():
         finished, bad = scan_runs(path / "runs", full=True)
+        root = path / "shared"
+        for d in sorted(root.iterdir()) if root.is_dir() else ():
+            if d.is_dir() and not d.name.startswith("."):
+                shared[d.name] = verify_shared_dir(d, full=True)
     else:
         print(f"error: {path} is neither a run folder ({MANIFEST} inside) nor a sweep folder "
               "(runs/ inside)", file=sys.stderr)
         return EXIT_CONFIG
     for run_id, why in sorted(bad.items()):
         print(f"BAD {run_id}: {why}", file=sys.stderr)
-    print(f"{len(finished)} run(s) intact (every file hashed), {len(bad)} not")
-    return EXIT_DATA if bad else EXIT_OK
+    bad_shared = {k: why for k, (state, why) in shared.items() if state == "bad"}
+    unchecked = {k: why for k, (state, why) in shared.items() if state == "unchecked"}
+    for name, why in bad_shared.items():
+        print(f"BAD shared/{name}: {why}", file=sys.stderr)
+    for name, why in unchecked.items():
+        print(f"UNCHECKED shared/{name}: {why}; checked when it is read, recomputed when "
+              "found damaged", file=sys.stderr)
+    print(f"{len(finished)} run(s) intact (every file hashed), {len(bad)} not"
+          + (f"; {len(shared) - len(bad_shared) - len(unchecked)} shared folder(s) intact, "
+             f"{len(bad_shared)} not, {len(unchecked)} without recorded hashes" if shared else ""))
+    return EXIT_DATA if bad or bad_shared else EXIT_OK
 
 
 def cmd_analyse(args) -> int:
@@ -619,7 +641,8 @@ def build_parser() -> argparse.ArgumentParser:
                                                          "(default 300)")
     rp.set_defaults(func=cmd_report)
 
-    vf = sub.add_parser("verify", help="hash every file of a run or sweep folder against its "
+    vf = sub.add_parser("verify", help="hash every file of a run or sweep folder (its runs and "
+                        "shared/ artefacts) against its "
                                        "manifest; list each bad run (exit 3 if any)",
                         epilog="example:\n  anchorviz verify runs/demo",
                         formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -89,3 +89,40 @@ def warn_in_teacher(kind: str, config: dict, out_dir: str) -> dict:
         log.info("an info line that stays in the worker")
         log.warning("teacher-of-seed-%d warns on purpose", config["seed"])
     return record(kind, config, out_dir)
+
+
+def stall_naive_student_once(kind: str, config: dict, out_dir: str) -> dict:
+    """The real node executor, logging each attempt (``attempts.jsonl``: node, Ray node id,
+    pid, start / done, computed), except that the first attempt of the naive student stalls
+    once its training has started (its temporary run folder written, the run's lock held) and
+    writes ``stalled-once.json`` naming its Ray node, so that the test can remove that node
+    under it. The retry (any later attempt) trains normally."""
+    import anchorviz.pipeline.steps as steps
+    from anchorviz.pipeline.runner import execute_node
+    from anchorviz.pipeline.store import RAY_NODE_ENV
+
+    node = os.environ.get(RAY_NODE_ENV, "")
+    log = Path(out_dir) / "attempts.jsonl"
+    name = f"{kind}:{config['method']['name']}"
+
+    def event(what: str, **extra) -> None:
+        with open(log, "a") as f:
+            f.write(json.dumps({"node": name, "ray_node": node, "pid": os.getpid(),
+                                "event": what, **extra}) + "\n")
+
+    event("start")
+    marker = Path(out_dir) / "stalled-once.json"
+    stall = kind == "student" and config["method"]["name"] == "naive" and not marker.exists()
+    real = steps.train_reward_model
+    if stall:
+        def hang(*args, **kwargs):
+            marker.write_text(json.dumps({"ray_node": node, "pid": os.getpid()}))
+            time.sleep(600)  # until the node is removed under it
+
+        steps.train_reward_model = hang
+    try:
+        res = execute_node(kind, config, out_dir)
+    finally:
+        steps.train_reward_model = real
+    event("done", computed=bool(res.get("computed")))
+    return res

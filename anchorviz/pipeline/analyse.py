@@ -549,7 +549,7 @@ def _reference_captures(store, reference: str, pooling: str, encoded: dict, laye
     with this base on the same token ids (``shared/analyse-reference-<hash>``)."""
     from anchorviz.analysis.capture import capture_states, load_captured, save_captured
     from anchorviz.models.reward_model import base_identity, load_reward_model
-    from anchorviz.pipeline.store import config_hash
+    from anchorviz.pipeline.store import config_hash, seal_shared, verify_shared_dir
 
     key = {"kind": "analyse-reference", "version": ANALYSE_VERSION,
            "base": base_identity(reference), "pooling": pooling, "ids": _ids_hash(encoded),
@@ -558,7 +558,10 @@ def _reference_captures(store, reference: str, pooling: str, encoded: dict, laye
     folder = store.shared_dir(name)
     with store.lock(name):
         done = folder / "DONE.json"
-        if done.is_file():
+        damaged = verify_shared_dir(folder)[0] == "bad"
+        if damaged:
+            logger.warning("reference capture %s is damaged: recomputing", name)
+        if done.is_file() and not damaged:
             try:
                 return {s: load_captured(folder / f"{s.replace(':', '__')}.safetensors")
                         for s in encoded}
@@ -578,6 +581,7 @@ def _reference_captures(store, reference: str, pooling: str, encoded: dict, laye
                                      device=device, desc=f"reference {s}")
             save_captured(folder / f"{s.replace(':', '__')}.safetensors", caps[s])
         done.write_text(json.dumps({"key": key}, default=str))
+        seal_shared(folder)  # every capture's sha256: `anchorviz verify` checks them
         return caps
 
 

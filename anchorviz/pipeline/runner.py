@@ -806,6 +806,9 @@ def _ray_node(execute, node_id: str, kind: str, config: dict, out_dir: str, thre
         return {"kind": kind, "computed": False, "skipped": True, "seconds": 0.0}
     if cwd and os.path.isdir(cwd):  # relative paths in configs mean what they mean to the driver
         os.chdir(cwd)
+    from anchorviz.pipeline.store import RAY_NODE_ENV
+
+    os.environ[RAY_NODE_ENV] = ray.get_runtime_context().get_node_id()  # in the run's manifest
     _init_worker(threads)
     try:
         with _forwarding_warnings(lambda text: board.warn.remote(node_id, text)):
@@ -848,7 +851,12 @@ def _run_ray(nodes, out_dir, jobs, threads, progress, results, execute, address)
     # max_calls=1: the worker process exits after the node (see `fresh_process`); Ray takes it
     # only where the function is declared. The other keeps Ray's default (1 for a GPU task)
     fresh_task = ray.remote(max_calls=1)(_ray_node)
-    board = ray.remote(num_cpus=0)(_Board).remote()
+    # the board lives on the driver's node: losing a worker node never loses it
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    board = ray.remote(num_cpus=0)(_Board).options(
+        scheduling_strategy=NodeAffinitySchedulingStrategy(
+            ray.get_runtime_context().get_node_id(), soft=True)).remote()
     cpus = int(ray.cluster_resources().get("CPU", 0))
     slots = max(1, min(len(nodes), cpus // threads if cpus >= threads else jobs))
     if any(node_resources(n, threads)["num_gpus"] for n in nodes) and \

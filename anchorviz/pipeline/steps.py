@@ -50,6 +50,7 @@ from anchorviz.pipeline.results import (
     label_stats,
     transfer_block,
 )
+from anchorviz.pipeline.store import seal_shared, verify_shared_dir
 from anchorviz.training.loop import Objective, precision, score_pairs, train_reward_model
 
 logger = logging.getLogger(__name__)
@@ -195,7 +196,10 @@ def ensure_reference_capture(store, cfg: RunConfig, data) -> dict:
     splits = eval_splits(data)
     with store.lock(name):
         done = folder / "DONE.json"
-        if reference_capture_stored(store, cfg):
+        state, why = verify_shared_dir(folder)
+        if state == "bad":
+            logger.warning("reference capture %s is damaged (%s): recomputing", name, why)
+        elif reference_capture_stored(store, cfg):
             try:
                 return {s: load_captured(folder / f"{_fname(s)}.safetensors") for s in splits}
             except Exception as err:  # corrupted: recompute
@@ -214,6 +218,7 @@ def ensure_reference_capture(store, cfg: RunConfig, data) -> dict:
                                          device=st.device, desc=f"reference {s}")
             save_captured(folder / f"{_fname(s)}.safetensors", caps[s])
         done.write_text(json.dumps({"hash": config_hash(key), "key": key}, default=str))
+        seal_shared(folder)  # every capture's sha256: `anchorviz verify` checks them
         del model
         return caps
 
@@ -260,6 +265,7 @@ def _projector(store, cfg: RunConfig, ref_caps: dict, layer: int):
             if found is None:
                 found = fit_shared_projection(ref_caps, layer, c.projection, c.projection_fit_rows)
                 found[0].save(folder, extra={"reference_xy": found[1]})
+                seal_shared(folder)
         _PROJECTORS[memo] = found
     return _PROJECTORS[memo]
 
@@ -535,6 +541,8 @@ def _seam_labels(store, cfg: RunConfig, data, teacher: RunResult, q: np.ndarray,
                         device=cfg.student_train.device,
                         num_threads=1 if cfg.student_train.device == "cpu" else None,
                         cache_path=cache)
+    with store.lock("seam"):  # the cache's files as they are now: `anchorviz verify`
+        seal_shared(cache.parent)
     res.save(tmp / "seam")
     del tmodel
     return res.q, res.counts

@@ -48,6 +48,7 @@ logger = logging.getLogger(__name__)
 
 __all__ = [
     "MANIFEST",
+    "SHARED_HASHES",
     "RunStore",
     "StoreError",
     "canonical_json",
@@ -55,7 +56,10 @@ __all__ = [
     "load_run_model",
     "safe_name",
     "scan_runs",
+    "seal_shared",
     "verify_run_dir",
+    "verify_shared_dir",
+    "worker_identity",
     "write_json",
 ]
 
@@ -179,8 +183,8 @@ class RunStore:
         return tmp
 
     def commit(self, tmp: Path, run_id: str, config_hash_: str, extra: dict | None = None) -> Path:
-        """Hash every file, write the manifest (sha256, size and mtime of each file), and
-        rename ``tmp`` into place atomically."""
+        """Hash every file, write the manifest (sha256, size and mtime of each file, and the
+        ``worker`` that made it: `worker_identity`), and rename ``tmp`` into place atomically."""
         paths = [p for p in sorted(tmp.rglob("*")) if p.is_file() and p.name != MANIFEST]
         files = {str(p.relative_to(tmp)): file_sha256(p) for p in paths}
         stats = {str(p.relative_to(tmp)): _file_stat(p.stat()) for p in paths}
@@ -195,7 +199,7 @@ class RunStore:
                                     "config_hash": config_hash_, "files": files,
                                     "file_stats": stats,
                                     "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
-                                    **(extra or {})})
+                                    "worker": worker_identity(), **(extra or {})})
         _fsync_dir(tmp)
         final = self.run_dir(run_id)
         if final.exists():
@@ -316,6 +320,80 @@ def scan_runs(runs_dir: str | Path, *, full: bool = False) -> tuple[list[str], d
             why += f": {error.splitlines()[0]}" if error else ""
         problems[d.name] = why
     return finished, problems
+
+
+#: set by the Ray backend in a task's process: the id of the Ray node running it
+RAY_NODE_ENV = "ANCHORVIZ_RAY_NODE"
+
+
+def worker_identity() -> dict[str, Any]:
+    """Where this process runs, for a run's manifest (``worker``): host name, process id and,
+    in a Ray task, the Ray node id (`RAY_NODE_ENV`), so a run folder says which node made it."""
+    import socket
+
+    out: dict[str, Any] = {"host": socket.gethostname(), "pid": os.getpid()}
+    node = os.environ.get(RAY_NODE_ENV)
+    if node:
+        out["ray_node"] = node
+    return out
+
+
+#: in each ``shared/<key>/`` folder: the sha256 and size of every file in it when it was
+#: written (reference captures, the shared projection, SEAM's caches), for `verify_shared_dir`
+SHARED_HASHES = "HASHES.json"
+
+
+def _shared_files(folder: Path) -> list[str]:
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*")
+                  if p.is_file() and p.name != SHARED_HASHES
+                  and not any(part.startswith(".") for part in p.relative_to(folder).parts))
+
+
+def seal_shared(folder: str | Path) -> Path:
+    """Record the sha256 and size of every file of a shared artefact folder in its
+    ``HASHES.json`` (atomically; call it under the artefact's lock once its files are written).
+    ``anchorviz verify`` and the readers of reference captures check them. Returns the file."""
+    from anchorviz.paths import write_atomic
+
+    folder = Path(folder)
+    files = {rel: {"sha256": file_sha256(folder / rel), "size": (folder / rel).stat().st_size}
+             for rel in _shared_files(folder)}
+    text = json.dumps({"files": files, "sealed_at": time.strftime("%Y-%m-%dT%H:%M:%S")},
+                      indent=1, sort_keys=True) + "\n"
+    return write_atomic(folder / SHARED_HASHES, lambda tmp: tmp.write_text(text))
+
+
+def verify_shared_dir(folder: str | Path, *, full: bool = True) -> tuple[str, str]:
+    """``(state, why)`` of a shared artefact folder against its ``HASHES.json``: ``ok``;
+    ``bad`` (a listed file missing, of another size, or, with ``full``, of another sha256: the
+    file is named); ``unchecked`` (no ``HASHES.json``: written by a version before shared
+    folders were hashed, or still being written). Files added after the folder was sealed are
+    named in the ``ok`` reason, not hashed."""
+    folder = Path(folder)
+    path = folder / SHARED_HASHES
+    if not path.is_file():
+        return "unchecked", f"no {SHARED_HASHES} (written before shared folders were hashed)"
+    try:
+        files = json.loads(path.read_text())["files"]
+        if not isinstance(files, dict):
+            raise TypeError("'files' is not a mapping")
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        return "bad", f"{SHARED_HASHES} is not readable ({type(err).__name__}: {err})"
+    for rel, rec in sorted(files.items()):
+        if Path(rel).is_absolute() or ".." in Path(rel).parts or not isinstance(rec, dict):
+            return "bad", f"{SHARED_HASHES} lists {rel!r}, outside the folder or without a hash"
+        p = folder / rel
+        if not p.is_file():
+            return "bad", f"file {rel} is missing"
+        if p.stat().st_size != rec.get("size"):
+            return "bad", (f"file {rel} does not match its sha256 (size {p.stat().st_size} "
+                           f"bytes, {rec.get('size')} when written: truncated or overwritten)")
+        if full and file_sha256(p) != rec.get("sha256"):
+            return "bad", f"file {rel} does not match its sha256 (changed or corrupted)"
+    extra = sorted(set(_shared_files(folder)) - set(files))
+    return "ok", ("intact" if not extra else
+                  f"intact; {len(extra)} file(s) added since it was sealed, not checked: "
+                  + ", ".join(extra[:3]))
 
 
 def _fsync_dir(path: Path) -> None:

@@ -18,6 +18,7 @@ import pandas as pd
 
 from anchorviz.config import RunConfig
 from anchorviz.pipeline import steps
+from anchorviz.pipeline.expected import SWEEP_FILE, record_grid
 from anchorviz.pipeline.prepare import data_config, prepare_data
 from anchorviz.pipeline.results import results_table
 from anchorviz.sweep_config import SweepConfig, expand_sweep
@@ -47,6 +48,8 @@ def run(cfg: RunConfig, out_dir: str | Path = "runs/default", jobs: int | None =
     warn_emulated([cfg])  # bfloat16 forced where it is emulated: said before any work
     store = RunStore(out_dir)
     store.clean_temporaries()
+    # what this folder was asked for: a run folder's report names its missing runs too
+    record_grid(out_dir, "run", {"config": cfg.to_dict()}, command=_command_line())
     data = prepare_data(data_config(cfg))
     done = run_graph(build_graph([cfg]), out_dir, jobs=jobs, threads=threads, progress=progress,
                      backend=backend, address=address)
@@ -59,6 +62,29 @@ def run(cfg: RunConfig, out_dir: str | Path = "runs/default", jobs: int | None =
     # computed = trained by this call (the graph's report), not by an earlier one
     return [dataclasses.replace(r, computed=bool(done.get(r.run_id, {}).get("computed", False)))
             for r in out]
+
+
+def _sweep_payload(sw: SweepConfig) -> dict:
+    """A sweep as ``sweep.yaml`` holds it: the base config and every other SweepConfig field."""
+    return {"base": sw.base.to_dict(), "grid": {k: v for k, v in asdict(sw).items() if k != "base"}}
+
+
+def _write_sweep_yaml(path: Path, payload: dict) -> None:
+    """``sweep.yaml``, atomically: a reader (a report during a second sweep) never sees half."""
+    import yaml
+
+    from anchorviz.paths import write_atomic
+
+    text = yaml.safe_dump(payload, sort_keys=False)
+    write_atomic(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+
+
+def _command_line() -> str:
+    """This process's command line (``anchorviz sweep a.yaml --out x``), for the grid file."""
+    import shlex
+    import sys
+
+    return shlex.join([Path(sys.argv[0]).name, *sys.argv[1:]]) if sys.argv else ""
 
 
 def sweep(sw: SweepConfig | Sequence[SweepConfig], out_dir: str | Path, jobs: int | None = None,
@@ -74,8 +100,9 @@ def sweep(sw: SweepConfig | Sequence[SweepConfig], out_dir: str | Path, jobs: in
 
     A list of sweeps (e.g. one per teacher visibility) runs as one run graph, so that their
     runs share the workers and their common runs are made once; ``out_dir/sweep.yaml`` is then
-    that of the first."""
-    from anchorviz.paths import write_yaml
+    that of the first. Each sweep is also recorded as its own grid file
+    (``out_dir/grids/sweep-<hash>.yaml``, `anchorviz.pipeline.expected.record_grid`), so a
+    second sweep with another grid on the same folder is recorded beside the first."""
     from anchorviz.pipeline.runner import build_graph, check_backend, run_graph
     from anchorviz.pipeline.store import RunStore
 
@@ -86,9 +113,9 @@ def sweep(sw: SweepConfig | Sequence[SweepConfig], out_dir: str | Path, jobs: in
     store = RunStore(out_dir)
     store.clean_temporaries()
     first = sweeps[0]
-    write_yaml(Path(out_dir) / "sweep.yaml", {
-        "base": first.base.to_dict(),
-        "grid": {k: v for k, v in asdict(first).items() if k != "base"}})
+    _write_sweep_yaml(Path(out_dir) / SWEEP_FILE, _sweep_payload(first))
+    for s in sweeps:  # one grid file per sweep: another grid on this folder is kept beside it
+        record_grid(out_dir, "sweep", _sweep_payload(s), command=_command_line())
     configs = [c for s in sweeps for c in expand_sweep(s)]
     from anchorviz.precision import warn_emulated
 

@@ -1040,13 +1040,44 @@ def _missing_html(sweep_dir: Path) -> str | None:
         missing = {"(grid)": str(err)}
     if not missing:
         return None
-    logger.warning("report: %d run(s) of the sweep's grid missing or unreadable in %s",
+    logger.warning("report: %d run(s) of the folder's grid(s) missing or unreadable in %s",
                    len(missing), sweep_dir)
     items = "".join(f"<li><code>{html.escape(r)}</code>: {html.escape(w)}</li>"
                     for r, w in sorted(missing.items()))
     return (f"<div class='box warn' id='missing-runs'><b>⚠ {len(missing)} run(s) of this "
-            "sweep's grid are missing or unreadable</b> and are not in the table, the verdict "
+            "folder's grid are missing or unreadable</b> and are not in the table, the verdict "
             f"or the figures (rerun the sweep to redo them):<ul>{items}</ul></div>")
+
+
+def _grids_html(sweep_dir: Path, results: pd.DataFrame) -> str | None:
+    """When several grids were asked for on the folder (two sweeps with different grids on one
+    ``--out``; `anchorviz.pipeline.expected.grids`): a box saying that the report shows the
+    runs of every grid, each grid with its runs (finished / expected), and how many rows
+    belong to no recorded grid (older inputs). None for a folder of one grid."""
+    from anchorviz.pipeline.expected import grids
+
+    found = [g for g in grids(sweep_dir) if not g.error]
+    if len(found) < 2:
+        return None
+    have = set(results["run_id"]) if "run_id" in results else set()
+    esc = html.escape
+    items, claimed = [], set()
+    for g in found:
+        ids = set(g.run_ids)
+        claimed |= ids
+        done = sorted(have & ids)
+        cmd = f" by <code>{esc(g.command)}</code>" if g.command else ""
+        shown = ", ".join(f"<code>{esc(r)}</code>" for r in done) or "none yet"
+        items.append(f"<li><b>{esc(g.label)}</b> (<code>{esc(g.path.name)}</code>, asked for "
+                     f"{esc(g.written_at or 'at an unknown time')}{cmd}): {len(done)} of "
+                     f"{len(ids)} runs finished: {shown}</li>")
+    stale = len(have - claimed)
+    tail = (f" {stale} row(s) belong to no recorded grid (made from older inputs) and are shown "
+            "too." if stale else "")
+    return (f"<div class='box' id='grids'><b>This folder holds the runs of {len(found)} grids"
+            f"</b> (one file per sweep or run in <code>grids/</code>): this report shows the "
+            f"finished runs of every grid, and runs of different settings are never pooled as "
+            f"seeds.{tail}<ul>{''.join(items)}</ul></div>")
 
 
 _LOG_LINE = re.compile(r"^\S+ \S+ (WARNING|ERROR|CRITICAL) (\S+): (.*)$")
@@ -1129,6 +1160,9 @@ def write_report(sweep_dir: str | Path, path: str | Path | None = None, *,
     missing = _missing_html(sweep_dir)
     if missing:
         top.append(missing)
+    several = _grids_html(sweep_dir, results) if run_ids is None else None
+    if several:
+        top.append(several)
     warned = _warnings_html(sweep_dir, None if run_ids is None else set(run_ids))
     if warned:
         top.append(warned)
