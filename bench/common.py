@@ -35,7 +35,8 @@ CKA_DOC = REPO / "docs" / "results" / "benchmarks" / "linear_cka_implementations
 #: section order in docs/BENCHMARKS.md
 SECTIONS = ("bench_precision", "bench_step", "bench_trl", "bench_capture", "bench_widgets",
             "bench_demo", "bench_demo_avx2_auto", "bench_demo_asis_fp32", "bench_demo_asis_bf16",
-            "bench_demo_avx2_fp32", "bench_demo_avx2_bf16", "profile_demo", "bench_heap",
+            "bench_demo_avx2_fp32", "bench_demo_avx2_bf16", "profile_demo", "bench_fp32_levers",
+            "bench_heap",
             "bench_jobs", "bench_rehash", "bench_cka")
 
 _TITLES = {
@@ -52,6 +53,8 @@ _TITLES = {
     "bench_demo_avx2_fp32": "`anchorviz demo --fp32` end to end (AVX2 override)",
     "bench_demo_avx2_bf16": "`anchorviz demo --bf16` end to end (AVX2 override: emulated)",
     "profile_demo": "Where the float32 demo's CPU goes (AVX2 override)",
+    "bench_fp32_levers": "Float32 levers for a CPU without native bfloat16: attention kernel, "
+                         "inference mode, scoring batch",
     "bench_heap": "A demo worker's resident memory under allocator settings",
     "bench_jobs": "`anchorviz demo --jobs 1` vs `--jobs 2`",
     "bench_rehash": "Reading a finished sweep: full re-hash vs size + mtime check",

@@ -281,3 +281,15 @@ def test_profile_demo_counts_self_time_and_tabulates_by_stage_and_kind(tmp_path)
     (tmp_path / "profile.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
     body = profile_demo.summarise(tmp_path, [], "a note")
     assert "PARTIAL: 2 node(s)" in body and "a note" in body and "flags" in body
+
+
+def test_bench_fp32_levers(tiny_model):
+    import bench_fp32_levers
+
+    args = bench_step.build_parser().parse_args(
+        ["--model", str(tiny_model), "--data", "synthetic", "--max-length", "16"])
+    args.steps, args.repeats = 2, 1
+    res = bench_fp32_levers.measure(args)
+    assert set(res["times"]) == {"step sdpa", "step eager", "score 64 no_grad",
+                                 "score 64 inference_mode", "score 256 no_grad"}
+    assert all(len(v) == 1 and v[0] > 0 for v in res["times"].values())
