@@ -235,3 +235,19 @@ def test_the_story_explorer_panels_read_at_their_widths(tmp_path, width):
     facts = _facts(_page(tmp_path, figs, width=width), shot=f"story_panels_{width}.png")
     defects = _all_defects(facts)
     assert not defects, "\n".join(defects)
+
+
+def test_the_notebook_images_keep_their_text_apart(tmp_path):
+    """The figures notebooks 01-04 store as images (`static_layout` at ``NOTEBOOK_WIDTH``), drawn
+    in Chromium: besides titles and legends (tests/test_browser.py), the x axes' tick labels,
+    turned or not, stay clear of the legend under them, and no legend sits far below its axes
+    (notebook 04's slice panel had its turned labels under the legend)."""
+    from notebook_figures import demo_like_sweep, notebook_figures
+
+    from anchorviz.viz.export import NOTEBOOK_WIDTH, static_layout
+
+    figs = [static_layout(f) for f in notebook_figures(demo_like_sweep(tmp_path / "s")).values()]
+    facts = _facts(_page(tmp_path, figs, width=NOTEBOOK_WIDTH), width=NOTEBOOK_WIDTH + 40,
+                   height=900, shot="notebook_images_layout.png")
+    defects = [d for f in facts for d in text_defects(f) + legend_gap_defects(f)]
+    assert not defects, "\n".join(defects)

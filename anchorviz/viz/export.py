@@ -423,6 +423,13 @@ def _category_ticks(fig: go.Figure, plot_w: float) -> tuple[bool, float] | None:
             continue
         longest = max(_text_px(v, _TICK_PX) for v in xs)
         widths.append((longest > 0.9 * plot_w / len(xs), longest))
+    for k in fig.layout:  # labels given as ticktext at numeric positions, per panel
+        ax = fig.layout[k] if k.startswith("xaxis") else None
+        if ax is None or not ax.ticktext:
+            continue
+        d = ax.domain or (0, 1)
+        longest = max(_text_px(str(v), _TICK_PX) for v in ax.ticktext)
+        widths.append((longest > 0.9 * (d[1] - d[0]) * plot_w / len(ax.ticktext), longest))
     if not widths:
         return None
     return any(r for r, _ in widths), max(w for _, w in widths)
