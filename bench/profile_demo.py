@@ -91,13 +91,18 @@ class _Clock:
                 self.stack[-1][2] += dw
 
 
-def _wrap(clock: _Clock, name: str, fn):
+#: the clock of the node running in this process (a warm worker runs node after node: its
+#: wrapped functions must time the current node, not the one that wrapped them)
+_CURRENT: list[_Clock] = []
+
+
+def _wrap(name: str, fn):
     if getattr(fn, "_profiled", False):
         return fn
 
     @functools.wraps(fn)
     def inner(*args, **kwargs):
-        with clock.stage(name):
+        with _CURRENT[-1].stage(name):
             return fn(*args, **kwargs)
 
     inner._profiled = True
@@ -107,10 +112,11 @@ def _wrap(clock: _Clock, name: str, fn):
 def _patch(clock: _Clock) -> None:
     import importlib
 
+    _CURRENT[:] = [clock]
     for mod, attr, name in STAGES:
         m = importlib.import_module(mod)
         if hasattr(m, attr):
-            setattr(m, attr, _wrap(clock, name, getattr(m, attr)))
+            setattr(m, attr, _wrap(name, getattr(m, attr)))
 
 
 def profiled_node(kind: str, config: dict, out_dir: str) -> dict:

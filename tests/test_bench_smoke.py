@@ -269,6 +269,18 @@ def test_profile_demo_counts_self_time_and_tabulates_by_stage_and_kind(tmp_path)
         with clock.stage("inner"):
             time.sleep(0.1)
     assert 0.09 < clock.wall["inner"] < 0.5 and 0.04 < clock.wall["outer"] < 0.09
+    # a warm worker's second node: the functions wrapped for the first time the current clock
+    import types
+
+    mod = types.ModuleType("fake_stage_module")
+    mod.work = lambda: time.sleep(0.02)
+    first, second = profile_demo._Clock(), profile_demo._Clock()
+    profile_demo._CURRENT[:] = [first]
+    wrapped = profile_demo._wrap("training", mod.work)
+    assert profile_demo._wrap("training", wrapped) is wrapped  # wrapped once
+    profile_demo._CURRENT[:] = [second]
+    wrapped()
+    assert second.wall["training"] > 0.015 and not first.wall
     rows = [{"kind": "teacher", "seed": 0, "method": "naive", "lambda": 0.0, "captured": False,
              "cpu": 100.0, "wall": 200.0,
              "stages_cpu": {"training": 60.0, "scoring": 40.0}, "stages_wall": {}},
