@@ -7,20 +7,33 @@ failed (e.g. a non-finite loss; the run directory is marked failed); 130 interru
 from __future__ import annotations
 
 import argparse
+import difflib
+import json
 import logging
+import math
+import re
 import sys
+import textwrap
 from pathlib import Path
 
+# The commands import the run machinery (torch, pandas, plotly) in their bodies, when they run:
+# `anchorviz --help` and `--version` answer at once (test_cli_habits checks what they load).
+from anchorviz import __version__
 from anchorviz.choices import PROJECTIONS
+from anchorviz.config import apply_sets, load_config
+from anchorviz.models.zoo import list_models
+from anchorviz.paths import cache_problem, record_command
 from anchorviz.pipeline.demo import (
     DEFAULT_SCENARIO,
-    OVERLAYS,
     SCENARIOS,
+    DemoOptions,
     demo_note,
-    demo_sweep,
     power_note,
     verdict_sentence,
 )
+from anchorviz.pipeline.store import MANIFEST, scan_runs, verify_run_dir, verify_shared_dir
+from anchorviz.precision import describe
+from anchorviz.sweep_config import apply_sweep_sets, expand_sweep, load_sweep
 
 logger = logging.getLogger("anchorviz")
 
@@ -43,6 +56,7 @@ def _verdict(df) -> str:
     """Plain-words reading of the table, computed from it by the one verdict function
     (`anchorviz.analysis.summary.verdict_lines`: per-seed numbers, the failure-mode verdict with seed
     intervals, pooled and per target, and ANCHOR vs naive); never a canned conclusion."""
+    # pandas, scipy: loaded when the command runs, never for --help
     from anchorviz.analysis.summary import verdict_lines
 
     return "\n".join(verdict_lines(df))
@@ -55,26 +69,22 @@ def demo_out(scenario: str, quick: bool) -> str:
     arithmetic (``--fp32``, ``--bf16`` or what ``auto`` chose): its runs have other run ids and
     are other settings, never pooled with the others (the results table has a column for it),
     and the notebooks find the demo's runs of this machine there."""
-    return ("runs/demo" + (f"-{scenario}" if scenario in OVERLAYS else "")
-            + ("-quick" if quick else ""))
+    return DemoOptions(scenario=scenario, quick=quick).out_dir()
 
 
 def cmd_demo(args) -> int:
+    # pandas, torch: loaded when the command runs, never for --help
     from anchorviz.pipeline.results import results_text
     from anchorviz.pipeline.sweep import sweep
-    from anchorviz.sweep_config import expand_sweep
 
+    opts = DemoOptions.from_args(args)
     if args.out is None:
-        args.out = demo_out(args.scenario, args.quick)
+        args.out = opts.out_dir()
     # every knob is checked (the whole grid, as a sweep file would be) before the banner
-    sw = demo_sweep(strength=args.strength, seeds=tuple(args.seeds) if args.seeds else None,
-                    quick=args.quick,
-                    scenario=args.scenario, visibility=args.visibility,
-                    precision="fp32" if args.fp32 else "bf16" if args.bf16 else None)
+    sw = opts.sweep()
     for cfg in expand_sweep(sw):
         cfg.validate()
     _record(args)
-    from anchorviz.precision import describe
 
     st = sw.base.student_train  # teacher and students share the demo's arithmetic
     print(describe(st.bf16, st.device))
@@ -89,7 +99,6 @@ def cmd_demo(args) -> int:
     # the folder may also hold other scenarios' runs (another --scenario, the notebooks): the
     # table and the verdict are this demo's runs only
     from anchorviz.pipeline.runner import build_graph
-    from anchorviz.sweep_config import expand_sweep
 
     own = {n.id for n in build_graph(expand_sweep(sw)) if n.kind != "reference"}
     df = df[df["run_id"].isin(own)].reset_index(drop=True)
@@ -108,20 +117,19 @@ def cmd_demo(args) -> int:
 def _record(args) -> None:
     """Append this command line to ``<--out>/commands.log`` (`anchorviz.paths.record_command`):
     the report's "made by"."""
-    from anchorviz.paths import record_command
-
     record_command(args.out, getattr(args, "argv", None) or [args.command])
 
 
 def _write_report(out: str | Path, path: str | Path | None = None,
                   run_ids: set[str] | None = None, command: list[str] | None = None) -> Path:
+    # plotly: loaded when the command runs, never for --help
     from anchorviz.viz.report import write_report
 
     return write_report(out, path, run_ids=run_ids, command=command)
 
 
 def cmd_run(args) -> int:
-    from anchorviz.config import apply_sets, load_config
+    # pandas, torch: loaded when the command runs, never for --help
     from anchorviz.pipeline.results import results_table
     from anchorviz.pipeline.sweep import run
 
@@ -139,6 +147,7 @@ def _print_current(df, configs: list, out: str) -> None:
     """The results rows of the runs of ``configs`` (the grid just run); rows of other run ids
     in the folder are left out and counted in a note: those of another grid recorded on the
     folder (another sweep / run, named), and stale ones (older inputs)."""
+    # pandas: loaded when the command runs, never for --help
     from anchorviz.pipeline.expected import current_rows, other_grid_rows, run_ids_of
     from anchorviz.pipeline.results import results_text
 
@@ -156,8 +165,8 @@ def _print_current(df, configs: list, out: str) -> None:
 
 
 def cmd_sweep(args) -> int:
+    # torch: loaded when the command runs, never for --help
     from anchorviz.pipeline.sweep import sweep
-    from anchorviz.sweep_config import apply_sweep_sets, expand_sweep, load_sweep
 
     if not _config_exists(args.config):
         return EXIT_CONFIG
@@ -174,6 +183,7 @@ def cmd_sweep(args) -> int:
 def cmd_report(args) -> int:
     """Rebuild the results table from the run folders (a stale, damaged or truncated
     ``results.parquet`` is never trusted), say which runs could not be read, write the report."""
+    # pandas, plotly: loaded when the command runs, never for --help
     from anchorviz.pipeline.results import results_table
 
     path = Path(args.dir)
@@ -228,8 +238,6 @@ def cmd_verify(args) -> int:
     captures, shared projections, SEAM caches: ``shared/``) of a sweep folder, against its
     manifest (reading a finished run checks sizes and mtimes only); list each run or shared
     folder that is not intact. Exit 3 when there is one."""
-    from anchorviz.pipeline.store import MANIFEST, scan_runs, verify_run_dir, verify_shared_dir
-
     path = Path(args.dir)
     shared: dict[str, tuple[str, str]] = {}
     if (path / MANIFEST).is_file():
@@ -262,15 +270,17 @@ def cmd_verify(args) -> int:
 
 def cmd_analyse(args) -> int:
     """Analyse a reward model trained elsewhere against its base (`anchorviz.pipeline.analyse`)."""
-    from anchorviz.pipeline.analyse import analyse, summary_lines
+    # torch: loaded when the command runs, never for --help
+    from anchorviz.pipeline.analyse import AnalyseOptions, analyse, summary_lines
 
     _record(args)
+    options = AnalyseOptions(name=args.name, pairs=args.pairs, max_length=args.max_length,
+                             batch_size=args.batch_size, device=args.device, seed=args.seed,
+                             projection=args.projection, use_chat_template=args.chat_template,
+                             trust_remote_code=args.trust_remote_code,
+                             allow_pickle_weights=args.allow_pickle_weights)
     res = analyse(args.model, args.reference, args.source, args.targets, args.unlabelled,
-                  args.out, name=args.name, pairs=args.pairs, max_length=args.max_length,
-                  batch_size=args.batch_size, device=args.device, seed=args.seed,
-                  projection=args.projection, use_chat_template=args.chat_template,
-                  trust_remote_code=args.trust_remote_code,
-                  allow_pickle_weights=args.allow_pickle_weights)
+                  args.out, options)
     print("\n".join(summary_lines(res)))
     print(f"\nRun folder: {res.run_dir}" + ("" if res.computed else " (already analysed)"))
     if len(res.ood_risk):
@@ -289,8 +299,6 @@ def _columns(header: list[str], rows: list[list[str]],
     """A plain left-aligned table with a header line (the last column is not padded); each
     row's ``details`` (long text: paths, descriptions) follow it on indented lines wrapped to
     `LISTING_WIDTH` columns."""
-    import textwrap
-
     widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
 
     def line(r: list[str]) -> str:
@@ -307,6 +315,7 @@ def _columns(header: list[str], rows: list[list[str]],
 
 
 def cmd_datasets(args) -> int:
+    # pandas: loaded when the command runs, never for --help
     from anchorviz.data.readers import list_datasets
 
     t = list_datasets(local=True)
@@ -329,8 +338,6 @@ def cmd_datasets(args) -> int:
 def _cache_note() -> None:
     """Say on stderr where the cache would go when it cannot be written (a read-only HOME):
     the listing itself needs no writable cache."""
-    from anchorviz.paths import cache_problem
-
     problem = cache_problem()
     if problem:
         print(f"note: {problem}", file=sys.stderr)
@@ -353,8 +360,6 @@ def _verification_note(m: dict) -> str:
 
 
 def cmd_models(args) -> int:
-    from anchorviz.models.zoo import list_models
-
     verify = getattr(args, "verify", False)
     models = list_models(verify=verify)
     rows = [[m["name"], m.get("kind", ""), str(m.get("n_layers", "")), m.get("licence", ""),
@@ -386,9 +391,7 @@ def _share_cell(point, lo, hi) -> str:
 def cmd_cues(args) -> int:
     """The data audit before any model: per dataset and surface cue, how often the cue picks a
     side and how often that side is the chosen one (`anchorviz.analysis.cues`)."""
-    import json
-    import math
-
+    # pandas: loaded when the command runs, never for --help
     from anchorviz.analysis.cues import audit_datasets
 
     audit = audit_datasets(args.datasets, args.cues, n_boot=args.n_boot, seed=args.seed)
@@ -482,9 +485,6 @@ class _Parser(argparse.ArgumentParser):
         return out
 
     def error(self, message: str):
-        import difflib
-        import re
-
         hint = ""
         m = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
         if m:
@@ -521,8 +521,6 @@ def _config_exists(path: str) -> bool:
 
 
 def _version() -> str:
-    from anchorviz import __version__
-
     return __version__
 
 
@@ -564,6 +562,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     sub.add_parser = add_parser
 
+    # the demo's options and their defaults: one home, anchorviz.pipeline.demo.DemoOptions
+    _DEMO = DemoOptions()
     d = sub.add_parser("demo", help="the main job on the embedded default (offline, CPU)",
                        description=_DEMO_DESCRIPTION,
                        formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -573,29 +573,32 @@ def build_parser() -> argparse.ArgumentParser:
                    help="sweep folder (default runs/demo, runs/demo-echo for --scenario echo, "
                         "and -quick after either with --quick, so a smoke run never mixes with "
                         "the real one)")
-    d.add_argument("--strength", type=float, default=None,
+    d.add_argument("--strength", type=float, default=_DEMO.strength,
                    help="artefact strength in [0, 1]: fraction of source pairs whose chosen text "
                         "carries the marker (default: the demo settings file's, 0.9)")
-    d.add_argument("--seeds", type=int, nargs="+", default=None,
+    d.add_argument("--seeds", type=int, nargs="+", default=_DEMO.seeds,
                    help="split-varying seeds (default 0 1 2 3 4: a teacher and a naive student "
                         "each, about 2 CPU-minutes per seed, for the failure-mode verdict; "
                         "ANCHOR and the ceiling on the first seed only). --seeds 0: the one-seed "
                         "first look, no verdict")
-    d.add_argument("--quick", action="store_true", help="smoke-sized splits (CI, first look)")
-    d.add_argument("--scenario", choices=sorted(SCENARIOS), default=DEFAULT_SCENARIO,
+    d.add_argument("--quick", action="store_true", default=_DEMO.quick,
+                   help="smoke-sized splits (CI, first look)")
+    d.add_argument("--scenario", choices=sorted(SCENARIOS), default=_DEMO.scenario,
                    help=f"what is planted (default {DEFAULT_SCENARIO}): 'hidden-cue' = the weak "
                         "teacher reads the marker on only some pairs; 'marker' = it reads all; "
                         "'echo' = a drift-borne cue the teacher passes on through a marker")
-    d.add_argument("--visibility", type=float, default=None,
+    d.add_argument("--visibility", type=float, default=_DEMO.visibility,
                    help="fraction of marked pairs on which the teacher reads the cue, in "
                         "[0, 1] (default: the scenario's)")
     arith = d.add_mutually_exclusive_group()
-    arith.add_argument("--fp32", action="store_true",
+    arith.add_argument("--fp32", dest="precision", action="store_const", const="fp32",
+                       default=_DEMO.precision,
                        help="float32 throughout (default: auto, bfloat16 autocast where the CPU "
                             "runs it natively, avx512_bf16 or AMX, float32 elsewhere; "
                             "$ANCHORVIZ_PRECISION=fp32|bf16|auto decides auto); other run ids "
                             "than bfloat16, in the same folder")
-    arith.add_argument("--bf16", action="store_true",
+    arith.add_argument("--bf16", dest="precision", action="store_const", const="bf16",
+                       default=_DEMO.precision,
                        help="bfloat16 autocast throughout, even where the CPU emulates it (more "
                             "than 4.5x slower than float32 there: the demo says so first)")
     _add_jobs(d)

@@ -38,6 +38,7 @@ from anchorviz.choices import (
     is_layer_spec,
 )
 from anchorviz.paths import read_yaml
+from anchorviz.precision import resolve_bf16
 
 logger = logging.getLogger(__name__)
 
@@ -103,7 +104,6 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         if not isinstance(self.bf16, bool):  # "auto": the arithmetic this device runs natively
-            from anchorviz.precision import resolve_bf16
 
             try:
                 self.bf16 = resolve_bf16(self.bf16, self.device)

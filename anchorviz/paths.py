@@ -6,8 +6,10 @@ the one file hash (`file_sha256`) and the one atomic file write (`write_atomic`)
 from __future__ import annotations
 
 import contextlib
+import datetime
 import errno
 import hashlib
+import logging
 import os
 import re
 from collections.abc import Callable
@@ -252,8 +254,6 @@ def record_command(folder: str | os.PathLike[str], argv: list[str]) -> None:
     """Append ``anchorviz <argv>`` with the UTC time to ``folder/commands.log`` (created with the
     folder). A folder that cannot be written is logged and skipped: the command still runs
     (its own writes will say what is wrong)."""
-    import datetime
-    import logging
     import shlex
 
     line = (datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC") + "\t"

@@ -31,6 +31,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+import doc_out
 import numpy as np
 import pandas as pd
 
@@ -164,10 +165,7 @@ def main(argv: list[str] | None = None) -> int:
               "accuracy as they are minus accuracy with the cue on the rejected side. Mean "
               "± seed standard deviation. Nothing is trained: each run's stored model scores "
               "the three versions of the same pairs."]
-    text = "\n".join(lines)
-    print(text)
-    if args.doc:
-        Path(args.doc).write_text(text + "\n")
+    doc_out.emit(lines, args.doc)
     return 0
 
 

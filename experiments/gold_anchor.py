@@ -17,8 +17,8 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-from pathlib import Path
 
+import doc_out
 import numpy as np
 import pandas as pd
 import torch
@@ -92,17 +92,11 @@ def main(argv: list[str] | None = None) -> int:
     for _, r in df.iterrows():
         lines.append("| " + " | ".join(f"{r[c]:.1f}" if isinstance(r[c], float) else str(r[c])
                                        for c in cols) + " |")
-    text = "\n".join(lines) + "\n"
     print("| " + " | ".join(cols) + " |")
-    print(text)
-    if args.doc:
-        path = Path(args.doc)
-        if not path.exists():
-            path.write_text("Gold labels on the echo scenario (lr 1e-4, 4 epochs), with and "
-                            "without ANCHOR (`experiments/gold_anchor.py`).\n\n"
-                            "| " + " | ".join(cols) + " |\n|" + "---|" * len(cols) + "\n")
-        with path.open("a") as f:
-            f.write(text)
+    doc_out.emit(lines, args.doc, append=True,
+                 header=("Gold labels on the echo scenario (lr 1e-4, 4 epochs), with and "
+                         "without ANCHOR (`experiments/gold_anchor.py`).\n\n"
+                         "| " + " | ".join(cols) + " |\n|" + "---|" * len(cols) + "\n"))
     return 0
 
 

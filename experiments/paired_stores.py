@@ -16,6 +16,7 @@ import argparse
 import sys
 from pathlib import Path
 
+import doc_out
 import numpy as np
 import pandas as pd
 
@@ -103,9 +104,7 @@ def main(argv: list[str] | None = None) -> None:
             sys.exit(f"{p}: no finished runs")
     text = compare(a, b, tuple(args.names))
     text += f"\nCommand: `python experiments/paired_stores.py {' '.join(sys.argv[1:] if argv is None else argv)}`\n"
-    print(text)
-    if args.doc:
-        args.doc.write_text(text)
+    doc_out.emit([text.rstrip("\n")], args.doc)
 
 
 if __name__ == "__main__":

@@ -30,6 +30,7 @@ import logging
 import sys
 from pathlib import Path
 
+import doc_out
 import numpy as np
 import pandas as pd
 from results_realdata import base_config as realdata_base
@@ -245,10 +246,8 @@ def main() -> None:
             f"bfloat16 autocast; seeds {args.seeds} (split-varying); ANCHOR lambda in "
             f"{args.lambdas}, last layer. Accuracies in %, mean ± SD over seeds.")
     text = markdown(results, v, lam, "python " + " ".join(sys.argv), note)
-    print(text)
     v.to_csv(out / "verdicts.csv", index=False)
-    if args.doc:
-        Path(args.doc).write_text(text + "\n")
+    doc_out.emit([text], args.doc)
 
 
 if __name__ == "__main__":

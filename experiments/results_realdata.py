@@ -19,6 +19,7 @@ import logging
 import sys
 from pathlib import Path
 
+import doc_out
 from results_vader import markdown
 
 from anchorviz.config import RunConfig
@@ -78,8 +79,7 @@ def main() -> None:
                              f"max_length {args.max_length}")
         print(text, flush=True)
         sections.append(f"### {name}\n\n{text}")
-        if args.doc:
-            Path(args.doc).write_text("\n\n".join(sections) + "\n")
+        doc_out.emit(["\n\n".join(sections)], args.doc, echo=False)  # the document so far
 
 
 if __name__ == "__main__":

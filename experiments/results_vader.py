@@ -14,8 +14,8 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-from pathlib import Path
 
+import doc_out
 import pandas as pd
 import yaml
 
@@ -181,9 +181,7 @@ def main() -> None:
     sw.base = with_overrides(sw.base, **over)
     results = sweep(sw, args.out)
     text = markdown(results, "python " + " ".join(sys.argv))
-    print(text)
-    if args.doc:
-        Path(args.doc).write_text(text + "\n")
+    doc_out.emit([text], args.doc)
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ import argparse
 import sys
 from pathlib import Path
 
+import doc_out
 import numpy as np
 import pandas as pd
 
@@ -167,9 +168,7 @@ def main() -> None:
     text = markdown(df, s, "python " + " ".join(sys.argv), sizes)
     text += ("\n\nThe failure-mode verdict on all seeds and on windows of "
              f"{args.windows}:\n\n" + windows_markdown(window_verdicts(args.store, args.windows)))
-    print(text)
-    if args.doc:
-        Path(args.doc).write_text(text + "\n")
+    doc_out.emit([text], args.doc)
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ import logging
 import sys
 from pathlib import Path
 
+import doc_out
 import numpy as np
 import pandas as pd
 import torch
@@ -101,9 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = [ceiling_row(store, args.source, s, seed, args.max_length)
             for s in students for seed in args.seeds]
     text = markdown(pd.DataFrame(rows), "python " + " ".join(sys.argv), args.source)
-    print(text)
-    if args.doc:
-        Path(args.doc).write_text(text)
+    doc_out.emit([text.rstrip("\n")], args.doc)
     return 0
 
 

@@ -15,6 +15,7 @@ import argparse
 import logging
 import sys
 
+import doc_out
 import numpy as np
 import pandas as pd
 
@@ -81,11 +82,9 @@ def main(argv: list[str] | None = None) -> None:
     cfg = demo_sweep(strength=args.strength, bf16=False).base  # float32, as recorded
     data = prepare_data(cfg.data)
     lines = tuning_lines(cfg, data, RunStore(args.store), args.teacher_grid, args.student_grid)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(f"Source-validation tuning, artefact strength {args.strength}, seed {cfg.seed} "
-                    f"(`python {' '.join(sys.argv)}`)\n\n")
-            f.write("\n".join(lines) + "\n")
+    doc_out.emit(lines, args.out, echo=False,
+                 header=(f"Source-validation tuning, artefact strength {args.strength}, seed "
+                         f"{cfg.seed} (`python {' '.join(sys.argv)}`)\n\n"))
 
 
 if __name__ == "__main__":

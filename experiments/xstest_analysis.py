@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import doc_out
 import pandas as pd
 
 from anchorviz.analysis.refusal import (
@@ -141,9 +142,7 @@ def analyse(out: Path, sources: list[str], seeds: list[int], doc: str | None, co
             story_dir: Path = STORY) -> str:
     stores = export(out, sources, story_dir, command)
     text = markdown(story_dir, stores, command)
-    print(text)
-    if doc:
-        Path(doc).parent.mkdir(parents=True, exist_ok=True)
-        Path(doc).write_text("# Over-refusal on XSTest (issue 44): every run\n\n" + text)
+    doc_out.emit([text.rstrip("\n")], doc,
+                 header="# Over-refusal on XSTest (issue 44): every run\n\n")
     pd.set_option("display.width", 200)
     return text

@@ -5,8 +5,9 @@ Every notebook starts with a parameters cell that reads ``ANCHORVIZ_SMOKE`` and
 notebooks share. Full size, it is exactly the sweep of ``anchorviz demo`` (same settings, so
 the same content-hashed run ids) in the demo's own folder ``runs/demo``: runs that the demo
 (``bash scripts/demo.sh``) or another notebook finished are read, never trained again.
-:func:`describe_plan` says before a training cell how many runs are missing and roughly how
-many minutes they cost.
+:func:`describe_plan` (``anchorviz.pipeline.plan``) says before a training cell how many runs
+are missing and roughly how many minutes they cost. The demo's options are
+``anchorviz.pipeline.demo.DemoOptions``, the ones ``anchorviz demo`` reads.
 
 Notebook 03 adds the teacher-visibility knob of the hidden-cue scenario: one demo sweep per
 visibility (:func:`explorer_configs`), each with the run ids of ``anchorviz demo --visibility V``,
@@ -22,42 +23,49 @@ missing and how to train it.
 
 from __future__ import annotations
 
-import inspect
-import json
+import dataclasses
 import math
 import os
+import shutil
 import socket
 from collections.abc import Sequence
 from pathlib import Path
 
-from anchorviz.cli import build_parser
+import pandas as pd
+
 from anchorviz.config import with_overrides
-from anchorviz.pipeline.demo import OVERLAYS, SCENARIOS, demo_sweep
+from anchorviz.pipeline.demo import OVERLAYS, SCENARIOS, DemoOptions
+from anchorviz.pipeline.plan import (  # noqa: F401 -- the notebooks call them as _smoke.<name>
+    describe_plan,
+    run_finished,
+    run_minutes,
+    sweep_plan,
+    sweep_run_ids,
+    sweep_runs,
+)
+from anchorviz.pipeline.results import results_table
 from anchorviz.pipeline.runner import build_graph
 from anchorviz.pipeline.sweep import sweep
-from anchorviz.sweep_config import SweepConfig, expand_sweep
+from anchorviz.sweep_config import SweepConfig
 
 Sweeps = SweepConfig | Sequence[SweepConfig]
+plan = sweep_plan  # the name notebook 04 calls
 
 if os.environ.get("ANCHORVIZ_NOTEBOOK_RENDERER"):  # scripts/execute_notebooks.py: static images
     import plotly.io as pio
 
     pio.renderers.default = os.environ["ANCHORVIZ_NOTEBOOK_RENDERER"]
 
-_DEMO_DEFAULTS = build_parser().parse_args(["demo"])
+#: ``anchorviz demo`` without options (the command line's defaults are these fields')
+DEMO = DemoOptions()
 
 #: the artefact strength of the teaching story (fraction of source pairs carrying the marker):
 #: what ``anchorviz demo`` runs without ``--strength`` (its settings file's)
-STRENGTH = float(demo_sweep().base.data.artifact_strength if _DEMO_DEFAULTS.strength is None
-                 else _DEMO_DEFAULTS.strength)
+STRENGTH = float(DEMO.sweep().base.data.artifact_strength if DEMO.strength is None
+                 else DEMO.strength)
 #: the seeds of ``anchorviz demo`` without ``--seeds`` (None: its settings file's, five; one in
 #: smoke mode, as ``--quick``)
-DEMO_SEEDS = None if _DEMO_DEFAULTS.seeds is None else [int(s) for s in _DEMO_DEFAULTS.seeds]
-#: every other setting of ``anchorviz demo`` at its command-line default (e.g. the scenario),
-#: passed to ``demo_sweep`` as the CLI passes it, so that the run ids are the demo's
-DEMO_OPTIONS = {k: getattr(_DEMO_DEFAULTS, k)
-                for k in inspect.signature(demo_sweep).parameters
-                if k not in ("strength", "seeds", "quick") and hasattr(_DEMO_DEFAULTS, k)}
+DEMO_SEEDS = None if DEMO.seeds is None else list(DEMO.seeds)
 
 
 def demo_config(smoke: bool, strengths: list[float] | None = None,
@@ -72,14 +80,14 @@ def demo_config(smoke: bool, strengths: list[float] | None = None,
     ``scenario`` / ``visibility`` are ``anchorviz demo --scenario`` / ``--visibility`` (None:
     the demo's default scenario at its own teacher visibility).
     """
-    opts = dict(DEMO_OPTIONS)
-    if scenario is not None:
-        opts["scenario"] = scenario
-    if visibility is not None:
-        opts["visibility"] = float(visibility)
     chosen = seeds or DEMO_SEEDS
-    sw = demo_sweep(strength=STRENGTH, seeds=tuple(chosen) if chosen else None, quick=smoke,
-                    **opts)
+    opts = dataclasses.replace(DEMO, strength=STRENGTH, quick=smoke,
+                               seeds=tuple(chosen) if chosen else None)
+    if scenario is not None:
+        opts = dataclasses.replace(opts, scenario=scenario)
+    if visibility is not None:
+        opts = dataclasses.replace(opts, visibility=float(visibility))
+    sw = opts.sweep()
     if smoke:  # one epoch each: a first look in a minute or two, not a result
         sw.base = with_overrides(sw.base, **{"teacher_train.epochs": 1,
                                              "student_train.epochs": 1})
@@ -92,7 +100,7 @@ def demo_config(smoke: bool, strengths: list[float] | None = None,
 
 def scenario_visibility(scenario: str | None = None) -> float:
     """The teacher visibility of the marker in a demo scenario (None: the demo's default)."""
-    return float(SCENARIOS[scenario or DEMO_OPTIONS.get("scenario") or "marker"])
+    return float(SCENARIOS[scenario or DEMO.scenario])
 
 
 def explorer_visibilities(smoke: bool) -> list[float]:
@@ -133,10 +141,6 @@ def explorer_configs(smoke: bool, seeds: list[int] | None = None,
     return out
 
 
-def _sweeps(sw: Sweeps) -> list[SweepConfig]:
-    return [sw] if isinstance(sw, SweepConfig) else list(sw)
-
-
 def sweep_dir(runs: str | os.PathLike, smoke: bool) -> Path:
     """The demo sweep's folder inside the runs folder: ``<runs>/demo``, the folder
     ``anchorviz demo`` writes by default when ``runs`` is the repository's ``runs/``
@@ -153,127 +157,15 @@ def explorer_dir(runs: str | os.PathLike, smoke: bool) -> Path:
 def copy_finished_runs(sw: Sweeps, src: str | os.PathLike, dst: str | os.PathLike) -> int:
     """Copy the finished runs of ``sw`` that ``src`` holds and ``dst`` lacks (run folders are
     content-addressed and self-verifying, so a copy is the same run); returns how many."""
-    import shutil
-
     src, dst = Path(src), Path(dst)
     n = 0
     for rid in sorted(sweep_run_ids(sw)):
-        if _finished(src, rid) and not (dst / "runs" / rid).exists():
+        if run_finished(src, rid) and not (dst / "runs" / rid).exists():
             (dst / "runs").mkdir(parents=True, exist_ok=True)
             shutil.copytree(src / "runs" / rid, dst / "runs" / f".copy-{rid}")
             os.rename(dst / "runs" / f".copy-{rid}", dst / "runs" / rid)
             n += 1
     return n
-
-
-def sweep_runs(sw: Sweeps) -> dict[str, str]:
-    """``{run id: kind}`` (content hashes; kind teacher / ceiling / student) of every run of a
-    sweep (or of a list of sweeps): the nodes of its run graph but the shared reference
-    captures."""
-    nodes = build_graph(c for s in _sweeps(sw) for c in expand_sweep(s))
-    return {n.id: n.kind for n in nodes if n.kind != "reference"}
-
-
-def sweep_run_ids(sw: Sweeps) -> set[str]:
-    """The run ids (content hashes) of every teacher, ceiling and student of a sweep."""
-    return set(sweep_runs(sw))
-
-
-def _finished(folder: Path, run_id: str) -> bool:
-    try:
-        man = json.loads((folder / "runs" / run_id / "MANIFEST.json").read_text())
-    except (OSError, ValueError):
-        return False
-    return isinstance(man, dict) and man.get("status") == "finished"
-
-
-# CPU seconds on one torch thread, (low, high), measured on the 2-core development machine at
-# 48 tokens (docs/BENCHMARKS.md: the demo's 5 runs in 7.9 CPU-minutes idle; docs/RESULTS.md:
-# 1.9 s per MiniLM-L6 step of 16 pairs with two runs side by side); scaled by length below
-_TEACHER_STEP_S = (0.5, 1.1)
-_STUDENT_STEP_S = (1.0, 1.9)
-_CAPTURE_PAIR_S = (0.03, 0.07)  # scoring + hidden-state capture + drift, per evaluated pair
-_BF16_STEP, _BF16_EVAL = 0.6, 0.35
-
-
-def run_minutes(sw: Sweeps, kind: str) -> tuple[float, float]:
-    """Rough (low, high) CPU-minutes of one run of ``kind`` (teacher / ceiling / student) of the
-    sweep's base config on one CPU thread (MiniLM-sized models; larger models cost more)."""
-    base = _sweeps(sw)[0].base
-    d = base.data
-    scale = max(1.0, d.max_length / 48)
-    n_eval = d.val + d.source_test + len(d.targets) * d.target_test
-    if kind == "teacher":
-        tc, n_train, step = base.teacher_train, d.teacher_train, _TEACHER_STEP_S
-        per_pair = tuple(c / 3 for c in _CAPTURE_PAIR_S)  # scores only, no capture
-    else:
-        tc, n_train, step = base.student_train, d.w2s_train, _STUDENT_STEP_S
-        per_pair = _CAPTURE_PAIR_S
-    steps = math.ceil(n_train / tc.batch_size) * tc.epochs
-    # bfloat16 autocast on a CPU with avx512_bf16: a step 0.6x, a scoring pass 0.35x float32
-    # (bench/bench_flops.py; docs/RESULTS.md, the bf16 check of issue 28)
-    f_step, f_eval = (_BF16_STEP, _BF16_EVAL) if tc.bf16 else (1.0, 1.0)
-    return tuple((steps * s * f_step + n_eval * c * f_eval) * scale / 60
-                 for s, c in zip(step, per_pair))
-
-
-def plan(sw: Sweeps, folder: str | os.PathLike) -> dict:
-    """What running ``sw`` into ``folder`` will cost: ``{"total", "stored", "missing" (run ids
-    to train), "cpu_minutes" (low, high), "wall_minutes" (low, high), "jobs"}``."""
-    from anchorviz.pipeline.runner import default_jobs
-
-    folder = Path(folder)
-    runs = sweep_runs(sw)
-    missing = {rid: kind for rid, kind in runs.items() if not _finished(folder, rid)}
-    cost = {k: run_minutes(sw, k) for k in ("teacher", "student")}
-    per = [cost["teacher" if k == "teacher" else "student"] for k in missing.values()]
-    cpu = (sum(p[0] for p in per), sum(p[1] for p in per))
-    jobs = default_jobs()
-    n_teachers = sum(k == "teacher" for k in missing.values())
-    others = [p for p, k in zip(per, missing.values()) if k != "teacher"]
-    width = max(1, min(jobs, len(others)))
-    # teachers first (students wait for their labels), then the students side by side
-    wall = tuple((cost["teacher"][i] * (1 if n_teachers else 0)
-                  + sum(p[i] for p in others) / width) for i in (0, 1))
-    return {"total": len(runs), "stored": len(runs) - len(missing), "missing": sorted(missing),
-            "cpu_minutes": cpu, "wall_minutes": wall, "jobs": jobs}
-
-
-def describe_plan(sw: Sweeps, folder: str | os.PathLike, train: bool = True) -> str:
-    """One paragraph for the reader before a training cell: how many runs, how many already
-    stored (read, not retrained), and about how many minutes the rest will take.
-
-    ``train=False`` (the notebooks' read-only default): the missing runs are named per teacher
-    visibility and not trained; the paragraph says how to train them (``TRAIN = True``)."""
-    p = plan(sw, folder)
-    head = (f"This sweep has {p['total']} runs (teacher, ceiling and students per seed, "
-            f"strength and teacher visibility) in {folder}. ")
-    if not p["missing"]:
-        return head + (f"All {p['total']} are already stored there (by `anchorviz demo` or an "
-                       "earlier notebook): the next cell only reads them (seconds).")
-    lo, hi = p["cpu_minutes"]
-    wlo, whi = p["wall_minutes"]
-    cost = (f"about {lo:.0f}-{hi:.0f} CPU-minutes, roughly {max(1, round(wlo))}-"
-            f"{max(1, round(whi))} minutes here with {p['jobs']} parallel worker(s), 2-3x "
-            "longer when other jobs share the cores")
-    if not train:
-        missing = set(p["missing"])
-        by_vis = []
-        for s in _sweeps(sw):
-            ids = sweep_run_ids(s)
-            if ids & missing:
-                by_vis.append(f"teacher visibility {s.base.data.artifact_teacher_visibility:g}: "
-                              f"{len(ids & missing)} of {len(ids)}")
-        return head + (f"{p['stored']} are stored and will be read; {len(missing)} are MISSING "
-                       f"and will not be trained (TRAIN = False): {'; '.join(by_vis)}. The "
-                       "cells below use the stored runs only. `anchorviz demo` in the "
-                       "repository's root (`bash scripts/demo.sh` on a fresh clone) stores the "
-                       "demo's runs; to train the missing ones here instead, set TRAIN = True in "
-                       f"the first cell and run all cells again ({cost}; interrupting is safe: "
-                       "finished runs are kept and reused).")
-    return head + (f"{p['stored']} are stored and will be read; {len(p['missing'])} will be "
-                   f"trained now: {cost}. Interrupting is safe: finished runs are kept and "
-                   "reused.")
 
 
 def ensure_sweep(sw: Sweeps, folder: str | os.PathLike):
@@ -282,7 +174,7 @@ def ensure_sweep(sw: Sweeps, folder: str | os.PathLike):
     the launcher's runs, runs of an older version whose settings differed). A list of sweeps
     is trained as one run graph (`anchorviz.pipeline.sweep.sweep` takes the list), so that
     their runs share the workers, and the folder's ``sweep.yaml`` is that of the first."""
-    sweeps = _sweeps(sw)
+    sweeps = [sw] if isinstance(sw, SweepConfig) else list(sw)
     results = sweep(sweeps, folder)
     return results[results["run_id"].isin(sweep_run_ids(sweeps))].reset_index(drop=True)
 
@@ -299,10 +191,6 @@ def stored_sweep(sw: Sweeps, folder: str | os.PathLike):
     folder's ``results.parquet`` is rebuilt from its run folders (as after a sweep), so that an
     explorer opened on it sees them. With no finished run, an empty table that still has the
     columns the notebook reads."""
-    import pandas as pd
-
-    from anchorviz.pipeline.results import results_table
-
     folder = Path(folder)
     results = results_table(folder) if (folder / "runs").is_dir() else pd.DataFrame()
     if "run_id" not in results.columns:
@@ -314,7 +202,7 @@ def stored_sweep(sw: Sweeps, folder: str | os.PathLike):
 def run_stored(cfg, folder: str | os.PathLike) -> bool:
     """Whether every run that training ``cfg`` (a RunConfig) needs -- its teacher, ceiling
     and student -- is already finished in ``folder``: then launching it only reads them."""
-    return all(_finished(Path(folder), n.id) for n in build_graph([cfg]) if n.kind != "reference")
+    return all(run_finished(folder, n.id) for n in build_graph([cfg]) if n.kind != "reference")
 
 
 def hub_reachable(host: str = "huggingface.co", timeout: float = 3.0) -> bool:

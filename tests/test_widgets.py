@@ -10,7 +10,8 @@ import pandas as pd
 import pytest
 from fake_sweep import write_fake_sweep
 
-from anchorviz.viz.widgets import RunLauncher, SweepExplorer, lambda_label, select_run
+from anchorviz.viz.selection import lambda_label, select_run
+from anchorviz.viz.widgets import RunLauncher, SweepExplorer
 
 
 @pytest.fixture(scope="module")
@@ -191,8 +192,8 @@ def test_teacher_visibility_slider(tmp_path):
     w = ex.visibility_w
     assert w.layout.display != "none" and [v for _, v in w.options] == [0.5, 1.0]
     assert w.value == 0.5  # the value with the most runs: the sweep's own scenario
-    controls = ex.widget.children[1]  # the row of controls under the status line
-    assert w in controls.children  # beside lambda and layer
+    controls = ex.widget.children[1].children[0]  # the column of controls beside the panels
+    assert w in controls.children  # with lambda and layer
     assert {ex.lambda_w, ex.layer_w} <= set(controls.children)
     by_id = res.set_index("run_id")
 
@@ -256,7 +257,8 @@ def test_figure_widgets_when_anywidget_is_installed(explorer):
         assert all(type(f) is go.Figure for f in explorer.figures.values())
         return
     assert all(isinstance(f, go.FigureWidget) for f in explorer.figures.values())
-    assert explorer.widget.children[2].children[0].children == (explorer.figures["drift"],)
+    grid = explorer.widget.children[1].children[1]  # the panels beside the controls
+    assert grid.children[0].children == (explorer.figures["drift"],)
     # window resizes redraw the figures at the new width
     assert all(f._config.get("responsive") for f in explorer.figures.values())
 
@@ -294,30 +296,33 @@ def _px(basis: str) -> float:
     return float(value[:-2])
 
 
-def test_controls_and_panels_share_one_wrapping_row(explorer):
-    """The controls in a wrapping row, then the drift and accuracy panels side by side in a
-    row that wraps (a slider move shows both without scrolling at 1280 px; under each other in
-    a narrow output area); the map and its own controls follow below."""
+def test_controls_sit_beside_a_compact_panel_grid(explorer):
+    """Issue 41: the controls stay in view of the panels they change at 1280 x 800. A column
+    of controls beside a grid of the three panels (drift and accuracy side by side at 1280 px,
+    the map after them), in a row that wraps (the grid under the controls, its panels under
+    each other, in a narrow output area); panels short enough that the status line, the
+    controls and the first row of panels fit an 800 px screen together."""
     import ipywidgets as widgets
 
     root = explorer.widget
     assert root.layout.width == "100%" and root.layout.max_width
     assert root.children[0] is explorer.status  # above the rows, beside nothing
-    controls, main = root.children[1], root.children[2]
-    assert isinstance(controls, widgets.HBox) and controls.layout.flex_flow == "row wrap"
+    (main,) = root.children[1:]
+    assert isinstance(main, widgets.HBox) and main.layout.flex_flow == "row wrap"
+    assert main.layout.width == "100%"
+    controls, grid = main.children
+    assert isinstance(controls, widgets.VBox)
     assert set(controls.children) == {explorer.method_w, explorer.lambda_w, explorer.layer_w,
                                       explorer.visibility_w, explorer.target_w,
-                                      explorer.seed_w, explorer.strength_w}
-    assert isinstance(main, widgets.HBox)
-    assert main.layout.flex_flow == "row wrap" and main.layout.width == "100%"
-    drift, accuracy = main.children
-    assert drift is explorer._slots["drift"].box and accuracy is explorer._slots["accuracy"].box
-    # the two bases fit the output area of a 1280 px window (about 850-1100 px) with the gaps
-    bases = [_px(b.layout.flex) for b in main.children]
-    assert sum(bases) <= 900, bases
-    # the map row below: its own two controls, then the map as wide as the output area
-    assert list(root.children[3].children) == [explorer.view_layer_w, explorer.color_by_w]
-    assert root.children[4] is explorer._slots["umap"].box
+                                      explorer.seed_w, explorer.strength_w,
+                                      explorer.view_layer_w, explorer.color_by_w}
+    assert isinstance(grid, widgets.HBox) and grid.layout.flex_flow == "row wrap"
+    assert list(grid.children) == [explorer._slots[k].box for k in ("drift", "accuracy", "umap")]
+    # the controls' basis and two panel bases fit the output area of a 1280 px window (about
+    # 1150 px) with the gaps: drift and accuracy beside the controls
+    assert _px(controls.layout.flex) + 2 * _px(grid.children[0].layout.flex) <= 1150
+    # the first row of panels under the status line fits 800 px with the browser's chrome
+    assert max(explorer.figures[k].layout.height for k in ("drift", "accuracy")) <= 520
 
 
 def test_rows_and_panels_wrap_in_a_narrow_output_area(explorer):
@@ -325,14 +330,12 @@ def test_rows_and_panels_wrap_in_a_narrow_output_area(explorer):
 
     root = explorer.widget
     rows = [b for b in _boxes(root) if isinstance(b, widgets.HBox)]
-    assert len(rows) == 3  # the controls, drift + accuracy, and the map's two controls
+    assert len(rows) == 2  # controls beside the grid, and the grid of panels
     for row in rows:
         assert row.layout.flex_flow == "row wrap" and row.layout.width == "100%", row.children
-    panels = [explorer._slots["drift"].box, explorer._slots["accuracy"].box]
-    for box in panels:  # each may shrink and grows from a basis, side by side or not
+    for box in (s.box for s in explorer._slots.values()):  # each may shrink, grows from a basis
         assert box.layout.flex.startswith("1 1 ") and box.layout.min_width == "0"
         assert box.layout.width is None
-    assert explorer._slots["umap"].box.layout.width == "100%"
     # no box anywhere has a fixed pixel width
     for box in _boxes(root):
         assert not str(box.layout.width or "").endswith("px"), box
@@ -421,8 +424,9 @@ def test_status_aog_hand_checked_and_pooled_without_target_columns(tmp_path):
     assert "over all targets" not in old.status_text and "AOG tweets" not in old.status_text
     # and with no target given, the pooled scores
     row = res[naive].iloc[0]
-    assert SweepExplorer._score_parts(row, None) == ["WRG +7.0, AOG +0.9, NTS +0.9 points vs "
-                                                      "teacher"]
+    from anchorviz.viz.explorer_panels import score_parts
+
+    assert score_parts(row, None) == ["WRG +7.0, AOG +0.9, NTS +0.9 points vs teacher"]
 
 
 def test_status_escapes_values_from_the_sweep(tmp_path):

@@ -32,6 +32,7 @@ from anchorviz.choices import parse_layer_spec
 from anchorviz.models.reward_model import RewardModel, eval_mode, pool_states
 from anchorviz.models.tokenization import EncodedPairs, length_batches
 from anchorviz.paths import bars_off
+from anchorviz.training.loop import joint_batch
 from anchorviz.training.losses import resolve_anchor_layers
 
 logger = logging.getLogger(__name__)
@@ -135,7 +136,6 @@ def capture_states(
     if not adapters and not hasattr(bb, "disable_adapter"):
         raise CaptureError("adapters=False needs a LoRA (PEFT) model")
     model.to(device)
-    from anchorviz.training.loop import joint_batch
 
     with eval_mode(model), ctx:
         for idx in tqdm(length_batches(encoded.lengths(), batch_size), desc=desc,

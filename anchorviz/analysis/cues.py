@@ -54,7 +54,10 @@ import numpy as np
 import pandas as pd
 from numpy.typing import ArrayLike
 
+from anchorviz.analysis.metrics import bootstrap_accuracy_ci, bootstrap_kind, per_pair_correct
 from anchorviz.data.artifacts import DEFAULT_MARKER, count_words, first_word, order_suffixes
+from anchorviz.data.readers import load_pairs
+from anchorviz.data.schema import DataError
 
 logger = logging.getLogger(__name__)
 
@@ -290,8 +293,6 @@ def share_interval(values: ArrayLike, groups: ArrayLike | None = None, n_boot: i
     bootstrap over prompts (`metrics.bootstrap_accuracy_ci`; ``interval`` is ``"cluster"``, or
     ``"pair"`` when every prompt has one value); otherwise a Wilson interval (``"wilson"``).
     No values: point and bounds are None."""
-    from anchorviz.analysis.metrics import bootstrap_accuracy_ci, bootstrap_kind
-
     v = np.asarray(values, dtype=np.float64).reshape(-1)
     n = int(v.size)
     if n == 0:
@@ -395,8 +396,6 @@ def cue_reliance(sides: pd.DataFrame, scores: pd.DataFrame | ArrayLike,
     pairs it gets wrong), each accuracy / share with ``_lo`` / ``_hi`` bounds, and
     ``interval``. A model that ignores the cue has equal agree and disagree accuracy; one that
     follows it is high on agree and low on disagree."""
-    from anchorviz.analysis.metrics import per_pair_correct
-
     if groups == "prompt" and "prompt" not in sides:
         groups = None
     g = _groups_of(sides, groups)
@@ -431,9 +430,6 @@ def audit_datasets(datasets: Sequence[str], cues: Sequence[str] | None = None,
     Raises:
         DataError: a dataset with no pair left to audit (or any reader error).
     """
-    from anchorviz.data.readers import load_pairs
-    from anchorviz.data.schema import DataError
-
     cues = resolve_cues(cues)  # an unknown cue fails before any data is read
     parts = []
     for name in datasets:

@@ -27,6 +27,7 @@ places states in the same map. The pipeline stores one per sweep store (``shared
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import logging
 import sys
@@ -35,6 +36,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
+
+from anchorviz.paths import write_atomic
 
 logger = logging.getLogger(__name__)
 
@@ -113,8 +116,6 @@ _LOAD_ATOL = 1e-4  # refitted coordinates must match the stored ones this closel
 def array_sha256(arr: np.ndarray) -> str:
     """Hex sha256 of an array's dtype, shape and bytes (C order): what ``projection.json``
     records for each stored array, so an edit of any of them is seen on read."""
-    import hashlib
-
     a = np.ascontiguousarray(arr)
     h = hashlib.sha256(f"{a.dtype.str}{a.shape}".encode())
     h.update(a.tobytes())
@@ -312,8 +313,6 @@ class SharedProjection:
         caller's projected reference) and ``projection.json`` (settings, the method used, the
         umap-learn version). No pickle. Returns the folder."""
         from safetensors.numpy import save_file
-
-        from anchorviz.paths import write_atomic
 
         self._check_fitted()
         folder = Path(folder)

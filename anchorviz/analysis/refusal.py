@@ -30,6 +30,8 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from anchorviz.analysis.drift_inputs import DriftError
+from anchorviz.analysis.ood_risk import OODRiskEstimator
 from anchorviz.analysis.story import Story, StoryError
 from anchorviz.analysis.summary import holm
 
@@ -380,9 +382,6 @@ def ood_risk_check(runs: pd.DataFrame, coverage_needed: float = 0.8) -> dict:
     from each run's drift there. ``validated`` when the estimator calls itself reliable and at
     least ``coverage_needed`` of the measured gains lie in its 95% prediction intervals;
     otherwise ``status`` says why it declines."""
-    from anchorviz.analysis.drift_inputs import DriftError
-    from anchorviz.analysis.ood_risk import OODRiskEstimator
-
     naive = runs[runs["method"] == "naive"].set_index("seed")
     st = runs[runs["method"].isin(["anchor", "ceiling"]) & runs["seed"].isin(naive.index)]
     st = st.dropna(subset=["drift_refuse", "drift_respond"])

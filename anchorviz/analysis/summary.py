@@ -36,6 +36,7 @@ __all__ = [
     "best_on_source_val",
     "failure_mode",
     "holm",
+    "p_text",
     "points",
     "setting_columns",
     "settings_text",
@@ -360,29 +361,8 @@ def failure_mode(results: pd.DataFrame, strength: float | None = None, *, method
         out["pooled"] = _gap_block(wrg, _per_seed(rows, "aog"), "aog", confidence)
     out["targets"] = {t: _gap_block(wrg, _per_seed(rows, c), c, confidence)
                       for t, c in tcols.items()}
-    names = list(out["targets"])
-    p_holm = holm([out["targets"][t]["p"] for t in names])
-    ps_holm = holm([out["targets"][t]["p_strict"] for t in names])
     above = out["wrg"]["above_zero"]
-    for t, ph, psh in zip(names, p_holm, ps_holm):
-        b = out["targets"][t]
-        b["p_holm"], b["p_strict_holm"] = float(ph), float(psh)
-        b["not_carried_over"] = bool(b["n_seeds"] > 1 and ph < alpha)
-        b["aog_below_zero"] = bool(b["n_seeds"] > 1 and psh < alpha)
-    if out["pooled"] is not None:
-        b = out["pooled"]
-        b["p_holm"], b["p_strict_holm"] = b["p"], b["p_strict"]  # a single test: no family
-        b["not_carried_over"] = bool(b["n_seeds"] > 1 and b["lo"] > 0)
-        b["aog_below_zero"] = bool(b["n_seeds"] > 1 and b["aog"]["hi"] < 0)
-    blocks = ([("pooled", out["pooled"])] if out["pooled"] is not None else []) + \
-        list(out["targets"].items())
-    for _, b in blocks:
-        b["failure_mode"] = bool(above and b["not_carried_over"])
-        b["strict"] = bool(above and b["aog_below_zero"])
-    out["failure_targets"] = [t for t in names if out["targets"][t]["failure_mode"]]
-    out["strict_targets"] = [t for t in names if out["targets"][t]["strict"]]
-    out["failure_mode"] = any(b["failure_mode"] for _, b in blocks)
-    out["strict"] = any(b["strict"] for _, b in blocks)
+    blocks = _judge_blocks(out, above, alpha)
 
     if len(w) < 2:
         out["reason"] = ("one seed: no seed interval, so one seed cannot separate this from "
@@ -402,6 +382,36 @@ def failure_mode(results: pd.DataFrame, strength: float | None = None, *, method
                          + ("; strict form (AOG < 0) on: " + ", ".join(strict) if strict else
                             "; AOG is not below 0 beyond the interval anywhere (not strict)"))
     return out
+
+
+def _judge_blocks(out: dict, above: bool, alpha: float) -> list[tuple[str, dict]]:
+    """The verdicts of `failure_mode`'s blocks, written into ``out``: per target the
+    Holm-adjusted one-sided tests of WRG - AOG > 0 and AOG < 0, the pooled block's own tests
+    (a single test: no family), each block's ``failure_mode`` / ``strict`` given WRG above 0
+    (``above``), and the overall verdicts. Returns the ``(name, block)`` pairs, pooled first."""
+    names = list(out["targets"])
+    p_holm = holm([out["targets"][t]["p"] for t in names])
+    ps_holm = holm([out["targets"][t]["p_strict"] for t in names])
+    for t, ph, psh in zip(names, p_holm, ps_holm):
+        b = out["targets"][t]
+        b["p_holm"], b["p_strict_holm"] = float(ph), float(psh)
+        b["not_carried_over"] = bool(b["n_seeds"] > 1 and ph < alpha)
+        b["aog_below_zero"] = bool(b["n_seeds"] > 1 and psh < alpha)
+    if out["pooled"] is not None:
+        b = out["pooled"]
+        b["p_holm"], b["p_strict_holm"] = b["p"], b["p_strict"]  # a single test: no family
+        b["not_carried_over"] = bool(b["n_seeds"] > 1 and b["lo"] > 0)
+        b["aog_below_zero"] = bool(b["n_seeds"] > 1 and b["aog"]["hi"] < 0)
+    blocks = ([("pooled", out["pooled"])] if out["pooled"] is not None else []) + \
+        list(out["targets"].items())
+    for _, b in blocks:
+        b["failure_mode"] = bool(above and b["not_carried_over"])
+        b["strict"] = bool(above and b["aog_below_zero"])
+    out["failure_targets"] = [t for t in names if out["targets"][t]["failure_mode"]]
+    out["strict_targets"] = [t for t in names if out["targets"][t]["strict"]]
+    out["failure_mode"] = any(b["failure_mode"] for _, b in blocks)
+    out["strict"] = any(b["strict"] for _, b in blocks)
+    return blocks
 
 
 def anchor_beats_naive(results: pd.DataFrame, strength: float | None, anchor_lambda: float,
@@ -437,7 +447,8 @@ def _signed(x: float, hw: float | None = None) -> str:
     return out
 
 
-def _p(p: float) -> str:
+def p_text(p: float) -> str:
+    """A p-value as the verdict prints it: three decimals, "< 0.001" below, "-" if unknown."""
     return "-" if p is None or not np.isfinite(p) else (f"{p:.3f}" if p >= 0.001 else "< 0.001")
 
 
@@ -544,9 +555,9 @@ def verdict_lines(results: pd.DataFrame, strength: float | None = None, *, metho
         if b["n_seeds"] < 2:
             lines.append(f"  {name}: fewer than 2 seeds with a value, no interval")
             continue
-        holm_p = "" if b is fm["pooled"] else f", Holm {_p(b['p_holm'])}"
+        holm_p = "" if b is fm["pooled"] else f", Holm {p_text(b['p_holm'])}"
         lines.append(
-            f"  {name}: WRG - AOG {_signed(b['mean'], b['hw'])} (p {_p(b['p'])}{holm_p}): "
+            f"  {name}: WRG - AOG {_signed(b['mean'], b['hw'])} (p {p_text(b['p'])}{holm_p}): "
             + ("the ID gain does not carry over" if b["not_carried_over"]
                else "not above 0 beyond the interval")
             + f"; AOG {_signed(b['aog']['mean'], b['aog']['hw'])}: "

@@ -21,6 +21,7 @@ import gzip
 import io
 import json
 import logging
+import os
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -37,7 +38,8 @@ from anchorviz.data.adapters import (
     run_adapter,
 )
 from anchorviz.data.schema import DataError, DropReport, dedupe_pairs, validate_pairs
-from anchorviz.paths import REPO_ROOT, realdata_dir
+from anchorviz.data.vader import VADER_SDIST_NAME
+from anchorviz.paths import REPO_ROOT, cache_dir, realdata_dir
 
 logger = logging.getLogger(__name__)
 
@@ -530,12 +532,7 @@ def list_datasets(local: bool = False) -> pd.DataFrame:
 
 def _local_copy(m: Mapping[str, Any]) -> tuple[bool, str | None]:
     """``(readable offline, path)`` of a manifest's data on this machine (see `list_datasets`)."""
-    import os
-
     if m["adapter"] == "vader":
-        from anchorviz.data.vader import VADER_SDIST_NAME
-        from anchorviz.paths import cache_dir
-
         path = cache_dir(create=False) / "datasets" / "vader" / VADER_SDIST_NAME
         return path.is_file(), str(path) if path.is_file() else None
     if m.get("local_file"):
@@ -699,7 +696,7 @@ def load_pairs(
 
 def _load_vader(m: Mapping[str, Any], domain: str | None, limit: int | None) -> tuple[pd.DataFrame, DropReport]:
     vdomain = domain or m.get("vader_domain")
-    try:
+    try:  # imported here so that a broken install names the module (test_readers stands in one)
         from anchorviz.data.vader import vader_pairs
     except ImportError as err:
         raise ImportError(

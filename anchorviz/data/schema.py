@@ -9,6 +9,7 @@ reason in a `DropReport`; ``strict=True`` turns a malformed row into a `DataErro
 from __future__ import annotations
 
 import logging
+import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -164,8 +165,6 @@ def is_blank(text: str) -> bool:
     """True when ``text`` holds nothing a tokenizer keeps: only whitespace and invisible
     format / control characters (a lone zero-width space U+200B, a BOM, U+200D ...), which
     BERT-style tokenizers drop, leaving a response of no tokens."""
-    import unicodedata
-
     return all(ch.isspace() or unicodedata.category(ch) in ("Cf", "Cc", "Zs", "Zl", "Zp")
                for ch in text)
 

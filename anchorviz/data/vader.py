@@ -23,6 +23,7 @@ Public API: :data:`VADER_DOMAINS`, :func:`load_vader_texts`, :func:`vader_pairs`
 from __future__ import annotations
 
 import hashlib
+import html
 import io
 import json
 import logging
@@ -33,6 +34,8 @@ import re
 import shutil
 import tarfile
 import tempfile
+import urllib.parse
+import urllib.request
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -167,10 +170,6 @@ def sdist_url(index: str | None = None) -> str:
     """The download address of the sdist, read from the index's project page (PEP 691 JSON or
     PEP 503 HTML). Only the address is read: nothing of the package is run, unlike
     ``pip download``, which prepares an sdist's metadata (runs its build backend / setup.py)."""
-    import html
-    import urllib.parse
-    import urllib.request
-
     page = f"{index or index_url()}/vadersentiment/"
     req = urllib.request.Request(page, headers={
         "Accept": "application/vnd.pypi.simple.v1+json, text/html;q=0.1"})
@@ -197,9 +196,6 @@ def sdist_url(index: str | None = None) -> str:
 def _download(url: str, dest: Path) -> str:
     """Stream ``url`` into ``dest`` (at most 64 MiB) and return its sha256. The bytes are only
     written, never opened as an archive or run, before the caller compares the hash."""
-    import urllib.parse
-    import urllib.request
-
     if urllib.parse.urlsplit(url).scheme not in ("https", "http", "file"):
         raise VaderDataError(f"refusing to download {url!r}: not an http(s) or file address")
     h = hashlib.sha256()

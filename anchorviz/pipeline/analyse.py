@@ -30,9 +30,11 @@ data again reads the finished run.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import re
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,22 +44,52 @@ import pandas as pd
 import torch
 from torch import nn
 
+from anchorviz.analysis.capture import (
+    capture_states,
+    load_captured,
+    resolve_capture_layers,
+    save_captured,
+)
+from anchorviz.analysis.drift_inputs import DriftError
+from anchorviz.analysis.ood_risk import OODRiskEstimator
 from anchorviz.choices import PROJECTIONS
+from anchorviz.data.entries import check_dataset_entry, normalise_dataset_entry, target_name
 from anchorviz.models.reward_model import (
     LOAD_ERRORS,
+    TOKENIZER_FILES,
     ModelError,
     RewardModel,
     RewardOutput,
+    base_identity,
+    check_loading,
+    check_tokenizer,
     check_vocab_fits,
     is_decoder_config,
+    load_reward_model,
     quiet_transformers,
+    resolve_reference,
+    weights_kwargs,
 )
+from anchorviz.models.tokenization import encode_pairs
+from anchorviz.models.zoo import ZOO
+from anchorviz.paths import fingerprint, read_yaml, safe_component
+from anchorviz.pipeline.prepare import load_dataset_entry
+from anchorviz.pipeline.results import accuracy_block, bootstrap_groups, cue_block, results_table
+from anchorviz.pipeline.steps import (
+    drift_blocks,
+    fit_shared_projection,
+    projection_frame,
+    run_guarded,
+)
+from anchorviz.pipeline.store import RunStore, config_hash, seal_shared, verify_shared_dir
+from anchorviz.training.loop import joint_batch
 
 logger = logging.getLogger(__name__)
 
 __all__ = [
     "ANALYSE_VERSION",
     "AnalyseError",
+    "AnalyseOptions",
     "AnalyseResult",
     "CheckpointRewardModel",
     "DECODER_CONVENTIONS",
@@ -177,14 +209,10 @@ def _read_json(path: Path) -> dict:
 def _local_or_hub(name: str) -> str:
     """A folder, a zoo name (its verified folder) or a hub id, as ``from_pretrained`` takes it;
     a local path that does not exist fails at once (`resolve_reference`)."""
-    from anchorviz.models.reward_model import resolve_reference
-
     return resolve_reference(name)
 
 
 def _resolvable_locally(name: str) -> bool:
-    from anchorviz.models.zoo import ZOO
-
     return name in ZOO or Path(name).expanduser().is_dir()
 
 
@@ -194,8 +222,6 @@ def _tokenizer(*candidates: str, config=None, trust_remote_code: bool = False):
     default tokenizer for it), and the tokenizer read must fit ``config``'s embedding
     (`check_tokenizer`). `ModelError` says which candidates were tried and why."""
     from transformers import AutoTokenizer
-
-    from anchorviz.models.reward_model import TOKENIZER_FILES, check_tokenizer
 
     why = []
     for c in candidates:
@@ -221,8 +247,6 @@ def _seqcls(path: str, trust_remote_code: bool, allow_pickle_weights: bool = Fal
     (the pooler and score head included) must come from the checkpoint (`check_loading`), but
     for the prefixes in ``unused`` (a PEFT adapter's base: the adapter gives the head)."""
     from transformers import AutoModelForSequenceClassification
-
-    from anchorviz.models.reward_model import check_loading, weights_kwargs
 
     try:
         with quiet_transformers():
@@ -356,8 +380,6 @@ def _value_head_checkpoint(path: str, config, tok, info: dict, trust_remote_code
     from safetensors import safe_open
     from transformers import AutoModel
 
-    from anchorviz.models.reward_model import check_loading, weights_kwargs
-
     folder = Path(path)
     if not folder.is_dir():
         raise ModelError(f"{path}: a hub checkpoint that is not a sequence classifier; "
@@ -423,8 +445,6 @@ def verify_checkpoint(ckpt: LoadedCheckpoint, encoded, n_pairs: int = 8) -> dict
     """Pick the pooling convention whose rewards match the framework's forward within
     `TOLERANCE` on the first ``n_pairs`` pairs (both sides, one padded batch); returns what was
     checked and sets it on the model. Raises `ModelError` when no convention matches."""
-    from anchorviz.training.loop import joint_batch
-
     model = ckpt.model
     if ckpt.framework is None:
         info = {"checked": False, "convention": model.convention,
@@ -483,9 +503,6 @@ def analysis_data(source: Any, targets: list, unlabelled: list, n: int, seed: in
     """``{"source_test": pairs, "target_test:<name>": pairs, ...}``: at most ``n`` pairs per
     dataset (a seeded sample), read like the run configs' datasets
     (`anchorviz.pipeline.prepare.load_dataset_entry`: names, paths, ``{path, name, column_map}``)."""
-    from anchorviz.data.entries import check_dataset_entry, target_name
-    from anchorviz.pipeline.prepare import load_dataset_entry
-
     check_dataset_entry(source, "source")
     data = {"source_test": _sample(load_dataset_entry(source)[0], n, seed)}
     seen: dict[str, str] = {}
@@ -518,15 +535,11 @@ class AnalyseResult:
 
 
 def _label(model: str) -> str:
-    from anchorviz.paths import safe_component
-
     p = Path(str(model).rstrip("/"))
     return safe_component(p.name or str(model))
 
 
 def _inputs(*names: str) -> dict[str, str]:
-    from anchorviz.paths import fingerprint
-
     out = {}
     for n in names:
         p = Path(n).expanduser()
@@ -536,8 +549,6 @@ def _inputs(*names: str) -> dict[str, str]:
 
 
 def _ids_hash(encoded: dict) -> str:
-    from anchorviz.pipeline.store import config_hash
-
     return config_hash({k: [e.chosen_ids, e.rejected_ids, e.chosen_resp, e.rejected_resp]
                         for k, e in sorted(encoded.items())}, length=16)
 
@@ -547,10 +558,6 @@ def _reference_captures(store, reference: str, pooling: str, encoded: dict, laye
                         allow_pickle_weights: bool = False) -> dict:
     """The base model's captures of the encoded pairs, shared by every checkpoint analysed
     with this base on the same token ids (``shared/analyse-reference-<hash>``)."""
-    from anchorviz.analysis.capture import capture_states, load_captured, save_captured
-    from anchorviz.models.reward_model import base_identity, load_reward_model
-    from anchorviz.pipeline.store import config_hash, seal_shared, verify_shared_dir
-
     key = {"kind": "analyse-reference", "version": ANALYSE_VERSION,
            "base": base_identity(reference), "pooling": pooling, "ids": _ids_hash(encoded),
            "layers": layers if isinstance(layers, str) else list(layers)}
@@ -605,8 +612,6 @@ def _check_same_tokens(ckpt_tok, reference: str, data: dict, trust_remote_code: 
 
 def _accuracy(scores: pd.DataFrame, labelled: list[str], n_boot: int, seed: int) -> dict:
     """The pipeline's accuracy block over the labelled splits only."""
-    from anchorviz.pipeline.results import accuracy_block
-
     return accuracy_block(scores[scores["split"].isin(labelled)], n_boot, seed)
 
 
@@ -614,15 +619,11 @@ def _cues(scores: pd.DataFrame, data: dict, labelled: list[str], n_boot: int, se
           ) -> dict:
     """The pipeline's ``cues`` block (`anchorviz.pipeline.results.cue_block`) over the labelled
     splits only: an unlabelled pair's order is not a preference."""
-    from anchorviz.pipeline.results import cue_block
-
     lab = scores[scores["split"].isin(labelled)]
     return cue_block(lab, {s: data[s] for s in labelled}, n_boot, seed)
 
 
 def _projection(ref_caps: dict, caps: dict, data: dict, method: str, fit_rows: int):
-    from anchorviz.pipeline.steps import fit_shared_projection, projection_frame
-
     layer = max(ref_caps[next(iter(ref_caps))].layers)
     proj, ref_xy = fit_shared_projection(ref_caps, layer, method, fit_rows)
     stu_xy = proj.transform(np.concatenate(
@@ -630,13 +631,29 @@ def _projection(ref_caps: dict, caps: dict, data: dict, method: str, fit_rows: i
     return projection_frame(ref_caps, data, layer, ref_xy, stu_xy)
 
 
+@dataclass(frozen=True)
+class AnalyseOptions:
+    """How `analyse` samples, reads, captures and scores (``anchorviz analyse``'s flags); any
+    field may also be passed to `analyse` by name (``analyse(..., pairs=200)``)."""
+
+    name: str | None = None  # the model's short name in tables (None: from its path)
+    pairs: int = 500  # pairs per dataset, a seeded sample (>= 4)
+    max_length: int = 256  # tokens per side
+    batch_size: int = 16
+    device: str = "cpu"
+    seed: int = 0
+    layers: str = "all"  # the hidden-state layers captured (a layer spec)
+    projection: str = "auto"  # one of anchorviz.choices.PROJECTIONS
+    projection_fit_rows: int = 1500
+    n_boot: int = 1000
+    use_chat_template: bool = False  # render prompts and responses with the chat template
+    trust_remote_code: bool = False
+    allow_pickle_weights: bool = False  # read .bin / .pt weights (pickles): trusted files only
+
+
 def analyse(model: str, reference: str, source: Any, targets: list | tuple = (),
-            unlabelled: list | tuple = (), out: str | Path = "runs/analyse", *,
-            name: str | None = None, pairs: int = 500, max_length: int = 256,
-            batch_size: int = 16, device: str = "cpu", seed: int = 0, layers: str = "all",
-            projection: str = "auto", projection_fit_rows: int = 1500, n_boot: int = 1000,
-            use_chat_template: bool = False, trust_remote_code: bool = False,
-            allow_pickle_weights: bool = False) -> AnalyseResult:
+            unlabelled: list | tuple = (), out: str | Path = "runs/analyse",
+            options: AnalyseOptions | None = None, **settings: Any) -> AnalyseResult:
     """Analyse the reward model ``model`` (folder, hub id or PEFT adapter folder) against its
     base ``reference`` on ``source`` and ``targets`` (labelled) and ``unlabelled`` targets
     (pairs whose order is not a preference: only drift, and the label-free estimate).
@@ -644,35 +661,28 @@ def analyse(model: str, reference: str, source: Any, targets: list | tuple = (),
     Datasets are anything a run config takes (names, files, ``{path, name, column_map}``;
     ``NAME=PATH`` names a file). Writes a run folder under ``out`` (see the module
     docstring) and ``out/ood_risk.csv``; returns an `AnalyseResult`."""
-    from anchorviz.analysis.capture import resolve_capture_layers, save_captured
-    from anchorviz.data.entries import normalise_dataset_entry
-    from anchorviz.models.tokenization import encode_pairs
-    from anchorviz.pipeline.results import bootstrap_groups, results_table
-    from anchorviz.pipeline.steps import drift_blocks, run_guarded
-    from anchorviz.pipeline.store import RunStore
-
-    if not (isinstance(pairs, int) and pairs >= 4):
-        raise AnalyseError(f"pairs must be an integer >= 4, got {pairs!r}")
-    if projection not in PROJECTIONS:
-        raise AnalyseError(f"projection must be {'|'.join(PROJECTIONS)}, got {projection!r}")
+    o = dataclasses.replace(options or AnalyseOptions(), **settings)
+    if not (isinstance(o.pairs, int) and o.pairs >= 4):
+        raise AnalyseError(f"pairs must be an integer >= 4, got {o.pairs!r}")
+    if o.projection not in PROJECTIONS:
+        raise AnalyseError(f"projection must be {'|'.join(PROJECTIONS)}, got {o.projection!r}")
     source = _parse_entry(source)
     targets = [_parse_entry(t) for t in targets]
     unlabelled = [_parse_entry(t) for t in unlabelled]
-    label = name or _label(model)
-    data = analysis_data(source, targets, unlabelled, pairs, seed)
-    from anchorviz.data.entries import target_name
+    label = o.name or _label(model)
+    data = analysis_data(source, targets, unlabelled, o.pairs, o.seed)
 
     unl_splits = [f"target_test:{target_name(t)}" for t in unlabelled]
     lab_splits = [s for s in data if s not in unl_splits]
 
-    ckpt = load_checkpoint_model(model, reference, trust_remote_code=trust_remote_code,
-                                 allow_pickle_weights=allow_pickle_weights)
+    ckpt = load_checkpoint_model(model, reference, trust_remote_code=o.trust_remote_code,
+                                 allow_pickle_weights=o.allow_pickle_weights)
     tok = ckpt.tokenizer
-    encoded = {s: encode_pairs(tok, df, max_length=max_length,
-                               use_chat_template=use_chat_template) for s, df in data.items()}
+    encoded = {s: encode_pairs(tok, df, max_length=o.max_length,
+                               use_chat_template=o.use_chat_template) for s, df in data.items()}
     verification = verify_checkpoint(ckpt, encoded["source_test"])
-    _check_same_tokens(tok, reference, data, trust_remote_code)
-    capture_layers = resolve_capture_layers(ckpt.model, layers)
+    _check_same_tokens(tok, reference, data, o.trust_remote_code)
+    capture_layers = resolve_capture_layers(ckpt.model, o.layers)
 
     norm = normalise_dataset_entry
     key = {
@@ -682,33 +692,28 @@ def analyse(model: str, reference: str, source: Any, targets: list | tuple = (),
         "reference": str(reference), "name": label,
         "inputs": _inputs(str(model), str(reference)),
         "data": {"source": norm(source), "targets": [norm(t) for t in targets],
-                 "unlabelled": [norm(t) for t in unlabelled], "pairs": pairs,
-                 "max_length": max_length, "use_chat_template": use_chat_template,
+                 "unlabelled": [norm(t) for t in unlabelled], "pairs": o.pairs,
+                 "max_length": o.max_length, "use_chat_template": o.use_chat_template,
                  "artifact_kind": "none", "artifact_strength": 0.0,
                  # what was read: the token ids of every sampled pair (an edited file, another
                  # sample or another tokenizer is another analysis)
                  "ids": _ids_hash(encoded)},
-        "capture": {"layers": layers, "projection": projection,
-                    "projection_fit_rows": projection_fit_rows, "n_boot": n_boot},
-        "convention": verification["convention"], "seed": seed,
+        "capture": {"layers": o.layers, "projection": o.projection,
+                    "projection_fit_rows": o.projection_fit_rows, "n_boot": o.n_boot},
+        "convention": verification["convention"], "seed": o.seed,
     }
-    from anchorviz.pipeline.store import config_hash
 
     run_id = f"checkpoint-{config_hash(key)}"
     store = RunStore(out)
     store.clean_temporaries()
 
     def body(tmp: Path) -> dict:
-        import time
-
-        from anchorviz.analysis.capture import capture_states
-
         t0 = time.perf_counter()
-        model_ = ckpt.model.to(device)
+        model_ = ckpt.model.to(o.device)
         caps, rows = {}, []
         for s, enc in encoded.items():
-            caps[s] = capture_states(model_, enc, layers=capture_layers, batch_size=batch_size,
-                                     device=device, seed=seed, desc=f"capture {s}")
+            caps[s] = capture_states(model_, enc, layers=capture_layers, batch_size=o.batch_size,
+                                     device=o.device, seed=o.seed, desc=f"capture {s}")
             rc, rr = caps[s].rewards_by_side()
             rows.append(pd.DataFrame({
                 "split": s, "domain": str(data[s]["domain"].iloc[0]), "pair_id": enc.pair_ids,
@@ -721,20 +726,20 @@ def analyse(model: str, reference: str, source: Any, targets: list | tuple = (),
             scores[scores["split"].isin(unl_splits)].reset_index(drop=True).to_parquet(
                 tmp / "scores_unlabelled.parquet")
         ref_caps = _reference_captures(store, reference, ckpt.model.pooling, encoded,
-                                       capture_layers, batch_size, device, trust_remote_code,
+                                       capture_layers, o.batch_size, o.device, o.trust_remote_code,
                                        ckpt.model.n_layers, ckpt.model.hidden_size,
-                                       allow_pickle_weights)
+                                       o.allow_pickle_weights)
         drift_blocks(caps, ref_caps, data).to_parquet(tmp / "drift.parquet")
-        if projection != "none":
-            _projection(ref_caps, caps, data, projection, projection_fit_rows).to_parquet(
+        if o.projection != "none":
+            _projection(ref_caps, caps, data, o.projection, o.projection_fit_rows).to_parquet(
                 tmp / "projection.parquet")
         for s, c in caps.items():
             save_captured(tmp / "hidden" / "student" / f"{s.replace(':', '__')}.safetensors", c)
         return {"kind": "external", "method": f"checkpoint:{label}", "model": str(model),
                 "reference": str(reference), "checkpoint": _jsonable(ckpt.info),
-                "accuracy": _accuracy(scores, lab_splits, n_boot, seed),
+                "accuracy": _accuracy(scores, lab_splits, o.n_boot, o.seed),
                 # reliance on surface cues, on the labelled splits (as a trained run stores it)
-                "cues": _cues(scores, data, lab_splits, n_boot, seed),
+                "cues": _cues(scores, data, lab_splits, o.n_boot, o.seed),
                 "unlabelled": unl_splits, "seconds": time.perf_counter() - t0}
 
     res = run_guarded(store, run_id, key, body)
@@ -759,11 +764,6 @@ def ood_risk_table(out: str | Path, n_boot: int = 2000, min_runs: int = 4) -> pd
     with the same reference, it predicts the accuracy of each unlabelled target from its
     drift, with a prediction interval, or says why the relation is too weak. Written to
     ``out/ood_risk.csv`` (one row per checkpoint x unlabelled target)."""
-    from anchorviz.analysis.drift_inputs import DriftError
-    from anchorviz.analysis.ood_risk import OODRiskEstimator
-    from anchorviz.paths import read_yaml
-    from anchorviz.pipeline.store import RunStore
-
     store = RunStore(out)
     finished, _ = store.scan()
     points, wanted = [], []

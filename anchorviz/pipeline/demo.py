@@ -4,16 +4,26 @@ VADER sentiment pairs, source movie reviews, targets Amazon / NYT / tweets, a so
 planted in the chosen texts. Its settings live in one file shipped with the package,
 ``anchorviz/configs/demo.yaml`` (`demo_file`; a sweep file that ``anchorviz sweep`` also runs);
 `demo_sweep` reads it into the `SweepConfig` (teacher, ceiling, naive and ANCHOR at a small lambda
-grid). The notebooks, the experiment scripts and the tests build the same sweep (also importable
-as ``anchorviz.cli.demo_sweep``).
+grid). Its options (strength, seeds, scenario, precision ...) and their defaults live in
+`DemoOptions`, which the command line, the notebooks and the run planning
+(`anchorviz.pipeline.plan`) read; the notebooks, the experiment scripts and the tests build the
+same sweep.
 """
 
 from __future__ import annotations
 
+import dataclasses
+from dataclasses import dataclass
 from pathlib import Path
+
+from anchorviz.config import ConfigError
+from anchorviz.paths import read_yaml
+from anchorviz.precision import PRECISIONS, resolve_bf16
+from anchorviz.sweep_config import SweepConfig, sweep_from_dict
 
 __all__ = [
     "DEFAULT_SCENARIO",
+    "DemoOptions",
     "DEMO_NOTE",
     "ECHO_NOTE",
     "HIDDEN_NOTE",
@@ -68,6 +78,53 @@ OVERLAYS = {"echo": "demo-echo.yaml"}
 DEFAULT_SCENARIO = "hidden-cue"  # the one that shows the failure mode (docs/RESULTS.md)
 
 
+@dataclass(frozen=True)
+class DemoOptions:
+    """The options of ``anchorviz demo``, in one place: the command line builds its ``demo``
+    arguments from these fields and their defaults (`from_args` reads them back), the notebooks
+    read them (`anchorviz.pipeline.plan`), so a notebook that asks for the demo gets the demo's
+    run ids. A new option is a new field here (with its command-line argument in
+    ``anchorviz.cli``)."""
+
+    #: fraction of source pairs whose chosen text carries the cue, in [0, 1] (None: the
+    #: settings file's, 0.9)
+    strength: float | None = None
+    #: split-varying seeds (None: the settings file's, five; one with ``quick``); the first one
+    #: runs the whole grid
+    seeds: tuple[int, ...] | None = None
+    quick: bool = False  # smoke-sized splits (``demo-quick.yaml``)
+    scenario: str = DEFAULT_SCENARIO  # one of `SCENARIOS`
+    #: fraction of the cue-carrying pairs on which the teacher reads the cue (None: the
+    #: scenario's)
+    visibility: float | None = None
+    #: the arithmetic: None = the settings file's ("auto" in the default demo: bfloat16 autocast
+    #: where the device runs it natively), or one of `anchorviz.precision.PRECISIONS`
+    #: (``--fp32`` / ``--bf16``)
+    precision: str | None = None
+
+    @classmethod
+    def from_args(cls, args) -> DemoOptions:
+        """The options of a parsed ``anchorviz demo`` command line (its fields by name)."""
+        values = {f.name: getattr(args, f.name) for f in dataclasses.fields(cls)}
+        if values["seeds"] is not None:
+            values["seeds"] = tuple(int(s) for s in values["seeds"])
+        return cls(**values)
+
+    def sweep(self) -> SweepConfig:
+        """The demo's sweep with these options (`demo_sweep`)."""
+        return demo_sweep(strength=self.strength, seeds=self.seeds, quick=self.quick,
+                          scenario=self.scenario, visibility=self.visibility,
+                          precision=self.precision)
+
+    def out_dir(self) -> str:
+        """The demo's default folder: ``runs/demo`` (the marker scenarios share it, so notebook
+        03 finds every teacher visibility there), ``runs/demo-<scenario>`` for a scenario with
+        another cue (`OVERLAYS`), ``-quick`` after either with ``quick``; the same folder
+        whatever the arithmetic (its runs have other run ids, never pooled)."""
+        return ("runs/demo" + (f"-{self.scenario}" if self.scenario in OVERLAYS else "")
+                + ("-quick" if self.quick else ""))
+
+
 def demo_note(strength: float, mode: str, visibility: float, kind: str = "marker",
               teacher_form: str = "same") -> str:
     """The banner the demo prints first: what is planted and how the teacher sees it (``kind``
@@ -100,8 +157,6 @@ def _merged(base: dict, over: dict) -> dict:
 def demo_settings(quick: bool = False, scenario: str | None = None) -> dict:
     """The demo's sweep file as a mapping (``base`` and ``grid``): `demo_file`, with
     ``demo-quick.yaml`` laid over it when ``quick``, and the scenario's overlay when it has one."""
-    from anchorviz.paths import read_yaml
-
     settings = read_yaml(demo_file())
     if quick:
         settings = _merged(settings, read_yaml(demo_file(quick=True))["overlay"])
@@ -131,9 +186,6 @@ def demo_sweep(strength: float | None = None, seeds: tuple[int, ...] | None = No
     give the same runs: bfloat16 with the file's eager attention (the bfloat16 demo store's
     ids), float32 with the library's kernel (the float32 store's ids of ``--fp32`` before
     ``auto``: the arithmetic of the tables computed in float32)."""
-    from anchorviz.config import ConfigError  # torch: only when used
-    from anchorviz.sweep_config import sweep_from_dict
-
     if scenario not in SCENARIOS:
         raise ConfigError(f"--scenario must be one of {sorted(SCENARIOS)}, got {scenario!r}")
     settings = demo_settings(quick, scenario)
@@ -145,8 +197,6 @@ def demo_sweep(strength: float | None = None, seeds: tuple[int, ...] | None = No
     if bf16 is None:
         # the demo's arithmetic, decided here once: forced, or the file's `auto` resolved
         # (`anchorviz.precision`); float32 takes the library's attention kernel, as `bf16=False`
-        from anchorviz.precision import PRECISIONS, resolve_bf16
-
         if precision is not None and precision not in PRECISIONS:
             raise ConfigError(f"precision must be one of {PRECISIONS}, got {precision!r}")
         st = settings["base"].get("student_train") or {}
@@ -226,8 +276,8 @@ def verdict_sentence(results, method: str = "naive") -> str:
     """The demo's verdict in one plain sentence, from the same `failure_mode` the detailed
     lines use: WRG with its seed interval, WRG - AOG with its interval and p (pooled over the
     targets, and per target after Holm), the strict form beside it. Points throughout."""
-    from anchorviz.analysis.summary import _p as p_text
-    from anchorviz.analysis.summary import failure_mode
+    # pandas: the CLI imports this module for `anchorviz --help`, which loads no pandas
+    from anchorviz.analysis.summary import failure_mode, p_text
 
     try:
         fm = failure_mode(results, method=method)

@@ -22,6 +22,12 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
+from anchorviz.config import config_from_dict
+from anchorviz.paths import read_yaml, write_atomic
+from anchorviz.pipeline.runner import build_graph
+from anchorviz.pipeline.store import RunStore, config_hash
+from anchorviz.sweep_config import SweepConfig, expand_sweep
+
 logger = logging.getLogger(__name__)
 
 __all__ = ["GRIDS_DIR", "SWEEP_FILE", "Grid", "current_rows", "expected_runs", "grids",
@@ -57,9 +63,6 @@ def record_grid(folder: str | Path, kind: str, payload: dict, command: str = "")
     rewrites its own file with the new time). Returns the file."""
     import time
 
-    from anchorviz.paths import write_atomic
-    from anchorviz.pipeline.store import config_hash
-
     if kind not in ("sweep", "run"):
         raise ValueError(f"grid kind must be 'sweep' or 'run', got {kind!r}")
     folder = Path(folder) / GRIDS_DIR
@@ -72,9 +75,6 @@ def record_grid(folder: str | Path, kind: str, payload: dict, command: str = "")
 
 
 def _configs_of(stored: dict, path: Path) -> list:
-    from anchorviz.config import config_from_dict
-    from anchorviz.sweep_config import SweepConfig, expand_sweep
-
     if not isinstance(stored, dict):
         raise ValueError("not a mapping")
     if stored.get("kind", "sweep") == "run":
@@ -87,8 +87,6 @@ def grids(folder: str | Path) -> list[Grid]:
     """Every grid recorded in ``folder`` (`record_grid`), oldest first; a folder without grid
     files but with a ``sweep.yaml`` (written before grid files existed) gives that one grid;
     [] when there is neither. A grid file that cannot be rebuilt is a `Grid` with ``error``."""
-    from anchorviz.paths import read_yaml
-
     folder = Path(folder)
     files = sorted((folder / GRIDS_DIR).glob("*.yaml")) if (folder / GRIDS_DIR).is_dir() else []
     if not files and (folder / SWEEP_FILE).is_file():
@@ -113,8 +111,6 @@ def grids(folder: str | Path) -> list[Grid]:
 def run_ids_of(configs: Iterable) -> dict[str, str]:
     """``{run id: kind}`` of the teacher, ceiling and student runs of ``RunConfig`` objects
     (reference captures are shared artefacts, not runs)."""
-    from anchorviz.pipeline.runner import build_graph
-
     return {n.id: n.kind for n in build_graph(configs) if n.kind != "reference"}
 
 
@@ -122,10 +118,6 @@ def expected_runs(sweep_dir: str | Path) -> dict[str, str] | None:
     """``{run id: kind}`` the grid in ``<sweep_dir>/sweep.yaml`` expects; None when there is no
     such file (a folder of ``anchorviz run``). Raises ValueError naming the file when it cannot
     be read as a sweep."""
-    from anchorviz.config import config_from_dict
-    from anchorviz.paths import read_yaml
-    from anchorviz.sweep_config import SweepConfig, expand_sweep
-
     path = Path(sweep_dir) / SWEEP_FILE
     if not path.is_file():
         return None
@@ -146,8 +138,6 @@ def missing_runs(sweep_dir: str | Path) -> dict[str, str]:
     (``"<kind>: missing"`` or ``"<kind>: unreadable (<why>)"``, followed by the grid when the
     folder holds several); empty when no grid is recorded. Raises ValueError naming the file
     when a grid cannot be rebuilt."""
-    from anchorviz.pipeline.store import RunStore
-
     found = grids(sweep_dir)
     for g in found:
         if g.error:

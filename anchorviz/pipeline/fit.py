@@ -40,6 +40,7 @@ from anchorviz.pipeline.steps import (
 )
 from anchorviz.pipeline.store import RunStore, config_hash
 from anchorviz.training.loop import Objective, score_pairs, train_reward_model
+from anchorviz.training.losses import resolve_anchor_layers
 
 logger = logging.getLogger(__name__)
 
@@ -165,8 +166,6 @@ def fit_and_score(store: RunStore | str | Path, cfg: RunConfig, role: str, train
     Raises:
         ValueError: an unknown role, targets that are not one per training pair, no split.
     """
-    from anchorviz.training.losses import resolve_anchor_layers
-
     store = store if isinstance(store, RunStore) else RunStore(store)
     objective = objective or Objective()
     if train_config is None:

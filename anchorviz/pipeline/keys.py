@@ -14,7 +14,10 @@ from pathlib import Path
 
 from anchorviz.config import DataConfig, RunConfig
 from anchorviz.data.entries import dataset_path, normalise_dataset_entry
+from anchorviz.models.zoo import ZOO
+from anchorviz.paths import fingerprint
 from anchorviz.pipeline.prepare import data_config, is_local_data
+from anchorviz.pipeline.store import config_hash
 
 __all__ = [
     "SPLIT_PROTOCOL",
@@ -55,8 +58,6 @@ def data_key(d: DataConfig) -> dict:
 
 
 def _is_local_model(name: str) -> bool:
-    from anchorviz.models.zoo import ZOO
-
     return name not in ZOO and Path(name).expanduser().is_dir()
 
 
@@ -65,8 +66,6 @@ def local_inputs(cfg: RunConfig, model: str) -> dict[str, str]:
     data files / folders given as paths, and ``model`` when it is a local folder. Named
     datasets, zoo models and hub ids are not local: they have none, so their run keys (and
     ids) are what they were before fingerprints existed."""
-    from anchorviz.paths import fingerprint
-
     d = cfg.data
     paths = [dataset_path(e) for e in [d.source, *d.targets]]
     out = {n: fingerprint(n) for n in paths if is_local_data(n)}
@@ -139,7 +138,5 @@ def reference_key(cfg: RunConfig) -> dict:
 
 
 def run_id_for(key: dict) -> str:
-    from anchorviz.pipeline.store import config_hash
-
     label = key["kind"] if key["kind"] != "student" else key["method"]["name"]
     return f"{label}-{config_hash(key)}"

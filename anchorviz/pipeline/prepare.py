@@ -19,7 +19,12 @@ from typing import Any
 import pandas as pd
 
 from anchorviz.config import ConfigError, DataConfig, RunConfig
+from anchorviz.data.artifacts import apply_artifact, mark_teacher_visibility, teacher_view
 from anchorviz.data.entries import dataset_label, dataset_manifests, dataset_path, target_name
+from anchorviz.data.readers import known_manifests, load_pairs
+from anchorviz.data.schema import DataError
+from anchorviz.data.splits import protocol_splits
+from anchorviz.paths import fingerprint
 
 logger = logging.getLogger(__name__)
 
@@ -42,9 +47,6 @@ def load_dataset_entry(entry: str | dict):
     """``(pairs, drop report)`` of a ``data.source`` / ``data.targets`` entry through
     `anchorviz.data.load_pairs`, with the entry's ``column_map`` and its ``name`` as the domain
     label. A file whose columns do not fit says how to write the ``column_map`` in a config."""
-    from anchorviz.data.readers import load_pairs
-    from anchorviz.data.schema import DataError
-
     path = dataset_path(entry)
     kwargs: dict[str, Any] = {}
     if isinstance(entry, dict) and entry.get("column_map"):
@@ -94,8 +96,6 @@ def prepare_data(cfg: DataConfig) -> dict[str, pd.DataFrame]:
     drop report (`data_drop_report`). Cached per process by config and by the content
     fingerprint of local data files (an edited file is read again); every call returns fresh
     copies."""
-    from anchorviz.paths import fingerprint
-
     paths = [dataset_path(e) for e in [cfg.source, *cfg.targets]]
     local = {n: fingerprint(n) for n in paths if is_local_data(n)}
     key = json.dumps([asdict(cfg), local], sort_keys=True)
@@ -111,9 +111,6 @@ def prepare_data(cfg: DataConfig) -> dict[str, pd.DataFrame]:
 def _refuse_target_only_source(entry: str | dict) -> None:
     """A named dataset whose manifest says ``target_only: true`` (XSTest: a few prompts with many
     pairs each, made to be evaluated, not trained on) is refused as ``data.source``."""
-    from anchorviz.data.readers import known_manifests
-    from anchorviz.data.schema import DataError
-
     if not isinstance(entry, str):
         return
     m = known_manifests().get(entry)
@@ -124,8 +121,6 @@ def _refuse_target_only_source(entry: str | dict) -> None:
 
 
 def _build_data(cfg: DataConfig) -> dict[str, pd.DataFrame]:
-    from anchorviz.data.splits import protocol_splits
-
     # load_pairs logs each dataset's report once (INFO, WARNING when rows were malformed);
     # the role is at DEBUG so that an INFO log does not say everything twice
     # the reports are also kept: every split carries them (attrs["data_dropped"]) and the
@@ -143,7 +138,6 @@ def _build_data(cfg: DataConfig) -> dict[str, pd.DataFrame]:
     sizes = {"teacher_train": cfg.teacher_train, "w2s_train": cfg.w2s_train, "val": cfg.val,
              "source_test": cfg.source_test}
     dropped: dict[str, int] = {}
-    from anchorviz.data.schema import DataError
 
     try:
         splits = protocol_splits(src, targets, sizes,
@@ -161,8 +155,6 @@ def _build_data(cfg: DataConfig) -> dict[str, pd.DataFrame]:
             t = next(t for t in cfg.targets if target_name(t) == name)
             reports[dataset_label(t)]["dropped"][OVERLAPS_SOURCE] = n
     if cfg.artifact_kind != "none" and cfg.artifact_strength > 0:
-        from anchorviz.data.artifacts import apply_artifact
-
         for i, (name, df) in enumerate(sorted(splits.items())):
             role = "target" if name.startswith("target_test:") else "source"
             attrs = dict(df.attrs)
@@ -177,8 +169,6 @@ def _build_data(cfg: DataConfig) -> dict[str, pd.DataFrame]:
                                   f"of {dataset_label(cfg.source)}: {err}") from err
             splits[name].attrs.update(attrs)
         if cfg.artifact_teacher_visibility < 1:
-            from anchorviz.data.artifacts import mark_teacher_visibility
-
             for i, name in enumerate(sorted(splits)):
                 if not name.startswith("target_test:"):
                     splits[name] = mark_teacher_visibility(
@@ -192,8 +182,6 @@ def _build_data(cfg: DataConfig) -> dict[str, pd.DataFrame]:
 def teacher_data(data: dict[str, pd.DataFrame], form: str = "same") -> dict[str, pd.DataFrame]:
     """What the weak teacher reads of every split (`artifacts.teacher_view`; ``form`` is
     ``data.artifact_teacher_form``)."""
-    from anchorviz.data.artifacts import teacher_view
-
     return {k: teacher_view(v, form) for k, v in data.items()}
 
 

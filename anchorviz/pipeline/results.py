@@ -17,10 +17,20 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from anchorviz.analysis.cues import cue_reliance, cue_sides
+from anchorviz.analysis.metrics import (
+    accuracy_by_group,
+    bootstrap_accuracy_ci,
+    bootstrap_kind,
+    paired_bootstrap_transfer,
+    per_pair_correct,
+)
 from anchorviz.config import DataConfig
 from anchorviz.data.entries import dataset_label, target_name
+from anchorviz.paths import read_yaml, write_atomic
 from anchorviz.pipeline.keys import SPLIT_PROTOCOL
-from anchorviz.pipeline.prepare import prepare_data
+from anchorviz.pipeline.prepare import prepare_data, teacher_data
+from anchorviz.pipeline.store import RunStore
 
 logger = logging.getLogger(__name__)
 
@@ -56,8 +66,6 @@ def _groups(scores: pd.DataFrame, splits: list[str] | None = None) -> list | Non
 
 
 def accuracy_block(scores: pd.DataFrame, n_boot: int, seed: int) -> dict:
-    from anchorviz.analysis.metrics import bootstrap_accuracy_ci, bootstrap_kind, per_pair_correct
-
     out = {}
     ood = scores[scores["split"] != "source_test"]
     parts = list(scores.groupby("split", sort=False)) + ([("ood", ood)] if len(ood) else [])
@@ -93,8 +101,6 @@ def cue_block(scores: pd.DataFrame, data: dict[str, pd.DataFrame], n_boot: int, 
     95% interval (bootstrap over the scores' ``group``: prompts; ``interval`` says which kind).
 
     ``data``: the splits' pair tables as the model read them (the texts decide the sides)."""
-    from anchorviz.analysis.cues import cue_reliance, cue_sides
-
     parts: dict[str, tuple[pd.DataFrame, np.ndarray, list | None]] = {}
     for split, g in scores.groupby("split", sort=False):
         if split not in data:
@@ -137,8 +143,6 @@ def cue_follow_columns(block: dict) -> dict[str, float]:
 
 
 def _correct(scores: pd.DataFrame, splits: list[str] | None) -> np.ndarray:
-    from anchorviz.analysis.metrics import per_pair_correct
-
     g = scores if splits is None else scores[scores["split"].isin(splits)]
     g = g.sort_values(["split", "pair_id"])
     return per_pair_correct(g["r_chosen"].to_numpy(), g["r_rejected"].to_numpy())
@@ -146,8 +150,6 @@ def _correct(scores: pd.DataFrame, splits: list[str] | None) -> np.ndarray:
 
 def transfer_block(student: pd.DataFrame, teacher: pd.DataFrame, ceiling: pd.DataFrame | None,
                     n_boot: int, seed: int, only_ood: bool = False) -> dict:
-    from anchorviz.analysis.metrics import paired_bootstrap_transfer
-
     targets = sorted(s for s in student["split"].unique() if s != "source_test")
     out = {}
     per_target = [] if only_ood else [(t, [t]) for t in targets]
@@ -180,9 +182,6 @@ def results_table(out_dir: str | Path) -> pd.DataFrame:
     out, logged, and listed in ``df.attrs["unreadable"]`` (``{run id: why}``). Runs of
     different base configs in one folder (another lr, split size, model ...) get ``cfg.<key>``
     columns holding the settings that tell them apart (`base_config_columns`)."""
-    from anchorviz.paths import read_yaml, write_atomic
-    from anchorviz.pipeline.store import RunStore
-
     store = RunStore(out_dir)
     rows, keys = [], []
     finished, unreadable = store.scan()
@@ -286,9 +285,6 @@ def artifact_accuracy(run_dir: str | Path) -> dict[str, tuple[float, int]]:
     for older runs ``config.yaml`` rebuilds the split deterministically. ``clean`` accuracy is
     the skill the targets can use; a model whose ID accuracy rests on the shortcut is high on
     ``marked`` and low on ``clean``."""
-    from anchorviz.analysis.metrics import accuracy_by_group, per_pair_correct
-    from anchorviz.paths import read_yaml
-
     run_dir = Path(run_dir)
     data = dict(read_yaml(run_dir / "config.yaml")["data"])
     if data.get("artifact_kind", "none") == "none" or not data.get("artifact_strength"):
@@ -322,9 +318,6 @@ def run_cues(run_dir: str | Path, cues: list[str] | None = None) -> dict:
     them (a teacher reads its own view, `prepare.teacher_data`); nothing is retrained. For runs
     made before metrics.json held the block, or with other cues. Bootstrap resamples and seed
     are the run's (``capture.n_boot``, default 1000; ``seed``)."""
-    from anchorviz.paths import read_yaml
-    from anchorviz.pipeline.prepare import teacher_data
-
     run_dir = Path(run_dir)
     key = read_yaml(run_dir / "config.yaml")
     data = dict(key["data"])

@@ -38,6 +38,11 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from pathlib import Path
 
+from anchorviz.config import config_from_dict
+from anchorviz.pipeline.keys import reference_key, run_id_for, student_key, teacher_key
+from anchorviz.pipeline.prepare import data_config, prepare_data
+from anchorviz.pipeline.store import RunStore, config_hash
+
 logger = logging.getLogger(__name__)
 
 __all__ = [
@@ -97,9 +102,6 @@ def build_graph(configs: Iterable) -> list[Node]:
     """The nodes for a list of ``RunConfig`` (students), deduplicated, in a runnable order:
     every node comes after its dependencies; teachers and reference captures first, then
     ceilings, then students (so the long chains start early)."""
-    from anchorviz.pipeline.keys import reference_key, run_id_for, student_key, teacher_key
-    from anchorviz.pipeline.store import config_hash
-
     nodes: dict[str, Node] = {}
     for cfg in configs:
         d = cfg.to_dict()
@@ -120,15 +122,14 @@ def build_graph(configs: Iterable) -> list[Node]:
 
 def execute_node(kind: str, config: dict, out_dir: str) -> dict:
     """Run one node in this process (what a worker does); returns a small summary."""
-    from anchorviz.config import config_from_dict
-    from anchorviz.pipeline.prepare import data_config, prepare_data
+    # torch: the run graph is also built where no model loads (the report, the explorer)
     from anchorviz.pipeline.steps import (
         ensure_reference_capture,
         ensure_teacher,
+        reference_capture_stored,
         release_memory,
         run_student,
     )
-    from anchorviz.pipeline.store import RunStore
 
     t0 = time.perf_counter()
     cfg = config_from_dict(config)
@@ -136,8 +137,6 @@ def execute_node(kind: str, config: dict, out_dir: str) -> dict:
     data = prepare_data(data_config(cfg))
     computed = True
     if kind == "reference":
-        from anchorviz.pipeline.steps import reference_capture_stored
-
         # a capture already in the store costs nothing: it must not feed the ETA as a computed node
         computed = not reference_capture_stored(store, cfg)
         ensure_reference_capture(store, cfg, data)
@@ -932,8 +931,6 @@ def _run_ray(nodes, out_dir, jobs, threads, progress, results, execute, address)
         if started:
             ray.shutdown()
     if os.path.isdir(os.path.join(out_dir, "runs")):
-        from anchorviz.pipeline.store import RunStore
-
         RunStore(out_dir).clean_temporaries()  # folders left by workers that died mid-run
     # a node whose upstream failed never started: Ray hands it its upstream's error
     roots = [(n, e) for n, e in errors if not any(d in failed for d in n.deps)]

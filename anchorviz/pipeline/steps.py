@@ -31,8 +31,25 @@ import numpy as np
 import pandas as pd
 import torch
 
+from anchorviz.analysis.capture import (
+    capture_states,
+    load_captured,
+    resolve_capture_layers,
+    save_captured,
+)
+from anchorviz.analysis.drift import drift_table
 from anchorviz.analysis.metrics import pairwise_accuracy
+from anchorviz.analysis.projection import ProjectionMismatch, SharedProjection
+from anchorviz.choices import parse_layer_spec
 from anchorviz.config import MethodConfig, RunConfig, TrainConfig
+from anchorviz.models.reward_model import (
+    CHECKPOINT_FILE,
+    load_reward_model,
+    load_trainable_state,
+    save_checkpoint,
+)
+from anchorviz.models.tokenization import encode_pairs
+from anchorviz.paths import storage_error, write_yaml
 from anchorviz.pipeline.keys import data_key, reference_key, run_id_for, student_key, teacher_key
 from anchorviz.pipeline.prepare import (
     data_config,
@@ -50,8 +67,19 @@ from anchorviz.pipeline.results import (
     label_stats,
     transfer_block,
 )
-from anchorviz.pipeline.store import seal_shared, verify_shared_dir
+from anchorviz.pipeline.store import (
+    StoreError,
+    config_hash,
+    seal_shared,
+    verify_run_dir,
+    verify_shared_dir,
+    write_json,
+)
 from anchorviz.training.loop import Objective, precision, score_pairs, train_reward_model
+from anchorviz.training.losses import resolve_anchor_layers
+from anchorviz.training.reference import choose_strategy, make_reference
+from anchorviz.training.seam import refine_labels, reward_score_fn
+from anchorviz.training.tracking import tracked_run
 
 logger = logging.getLogger(__name__)
 
@@ -89,8 +117,6 @@ def load_backbone(cfg: RunConfig, which: str):
     """``(model, tokenizer)`` of the config's teacher (``which="teacher"``) or student: its
     pooling, dtype, attention kernel, dropout and (student only) LoRA settings, torch seeded
     with ``cfg.seed``."""
-    from anchorviz.models.reward_model import load_reward_model
-
     m = cfg.models
     name = m.teacher if which == "teacher" else m.student
     dropout = m.teacher_dropout if which == "teacher" else m.student_dropout
@@ -104,8 +130,6 @@ def load_backbone(cfg: RunConfig, which: str):
 def encode_run_pairs(tok, df: pd.DataFrame, cfg: RunConfig):
     """A pair table encoded for the model (`anchorviz.models.tokenization.encode_pairs`) at the
     config's ``data.max_length``."""
-    from anchorviz.models.tokenization import encode_pairs
-
     return encode_pairs(tok, df, max_length=cfg.data.max_length)
 
 
@@ -121,8 +145,6 @@ def evaluate_model(model, tok, data, cfg: RunConfig, capture: bool,
 
 
 def _evaluate_splits(model, tok, data, cfg: RunConfig, capture: bool, dev: str):
-    from anchorviz.analysis.capture import capture_states, resolve_capture_layers
-
     rows, caps = [], {}
     for split in eval_splits(data):
         enc = encode_run_pairs(tok, data[split], cfg)
@@ -174,8 +196,6 @@ TEACHER_OUTPUTS = ("labels.parquet", "val_labels.parquet", "scores.parquet")
 def reference_capture_stored(store, cfg: RunConfig) -> bool:
     """Whether the store holds a finished reference capture for ``cfg`` (its DONE marker names
     this key's hash; a truncated or corrupted marker counts as not finished)."""
-    from anchorviz.pipeline.store import config_hash
-
     h = config_hash(reference_key(cfg))
     done = store.shared_dir(f"reference-{h}") / "DONE.json"
     try:
@@ -187,9 +207,6 @@ def reference_capture_stored(store, cfg: RunConfig) -> bool:
 def ensure_reference_capture(store, cfg: RunConfig, data) -> dict:
     """The pretrained student's captures of every eval split: computed once per (backbone,
     data), shared by every run of a sweep."""
-    from anchorviz.analysis.capture import load_captured, save_captured
-    from anchorviz.pipeline.store import config_hash
-
     key = reference_key(cfg)
     name = f"reference-{config_hash(key)}"
     folder = store.shared_dir(name)
@@ -204,7 +221,6 @@ def ensure_reference_capture(store, cfg: RunConfig, data) -> dict:
                 return {s: load_captured(folder / f"{_fname(s)}.safetensors") for s in splits}
             except Exception as err:  # corrupted: recompute
                 logger.warning("reference capture %s unreadable (%s): recomputing", name, err)
-        from anchorviz.analysis.capture import capture_states, resolve_capture_layers
 
         model, tok = load_backbone(cfg, "student")
         caps = {}
@@ -231,8 +247,6 @@ def fit_shared_projection(ref_caps: dict, layer: int, method: str, fit_rows: int
     """``(projection, reference xy)``: a `SharedProjection` fitted on a seeded sample of at most
     ``fit_rows`` reference states (head pooling, all splits) at ``layer``, and every reference
     state projected with it."""
-    from anchorviz.analysis.projection import SharedProjection
-
     X = np.concatenate([ref_caps[s].states(layer, "head").astype(np.float32) for s in ref_caps])
     rng = np.random.default_rng(0)
     rows = rng.choice(len(X), size=min(len(X), fit_rows), replace=False)
@@ -245,9 +259,6 @@ def _projector(store, cfg: RunConfig, ref_caps: dict, layer: int):
     store and kept in ``shared/projection-<reference hash>-<layer>-<method>-<rows>/``
     (`SharedProjection.save`), so every worker process, a resumed sweep and the notebooks place
     states in one checked map; held in memory per process after that (a transform-only use)."""
-    from anchorviz.analysis.projection import ProjectionMismatch, SharedProjection
-    from anchorviz.pipeline.store import config_hash
-
     c = cfg.capture
     name = (f"projection-{config_hash(reference_key(cfg))}-{layer}-{c.projection}-"
             f"{c.projection_fit_rows}")
@@ -314,8 +325,6 @@ def projection_frame(ref_caps: dict, data, layer: int, ref_xy: np.ndarray,
 
 
 def drift_blocks(caps: dict, ref_caps: dict, data) -> pd.DataFrame:
-    from anchorviz.analysis.drift import drift_table
-
     stu = {s: {k: caps[s].mean[k].astype(np.float32) for k in caps[s].layers} for s in caps}
     ref = {s: {k: ref_caps[s].mean[k].astype(np.float32) for k in ref_caps[s].layers} for s in caps}
     table = drift_table(stu, ref)
@@ -365,13 +374,10 @@ def run_guarded(store, run_id: str, key: dict, body,
     A finished run is checked cheaply (sizes and mtimes, `anchorviz.pipeline.store.verify_run_dir`)
     except ``hash_files``, hashed in full: the files later steps will read from it, so a run
     whose such file changed in place is redone rather than read."""
-    from anchorviz.pipeline.store import config_hash
-
     h = config_hash(key)
     try:
         return _run_guarded(store, run_id, key, body, h, hash_files)
     except Exception as err:  # a full or read-only disk: name the run and the path
-        from anchorviz.paths import storage_error
 
         out = storage_error(err, store.run_dir(run_id), f"run {run_id} of {store.root}")
         if out is err:
@@ -387,12 +393,9 @@ def _run_guarded(store, run_id: str, key: dict, body, h: str,
             return RunResult(run_id, store.run_dir(run_id), key["kind"], metrics, computed=False)
         tmp = store.begin(run_id)
         try:
-            from anchorviz.paths import write_yaml
-
             write_yaml(tmp / "config.yaml", json.loads(json.dumps(key, default=str)))
             with _run_log(tmp / "run.log"):
                 metrics = body(tmp)
-            from anchorviz.pipeline.store import write_json
 
             write_json(tmp / "metrics.json", metrics)
             final = store.commit(tmp, run_id, h)
@@ -413,7 +416,6 @@ def _tracked(body, cfg: RunConfig, store, run_id: str, key: dict):
     scores are logged when the run ends). Only runs that are computed are tracked."""
     if not cfg.report_to:
         return body
-    from anchorviz.training.tracking import tracked_run
 
     def with_tracker(tmp: Path) -> dict:
         with tracked_run(cfg.report_to, store.root, run_id, params=key,
@@ -469,7 +471,6 @@ def ensure_teacher(store, cfg: RunConfig, data) -> RunResult:
                 "seconds": time.perf_counter() - t0}
 
     # what the students of this config will read from the teacher (SEAM: its checkpoint too)
-    from anchorviz.models.reward_model import CHECKPOINT_FILE
 
     used = TEACHER_OUTPUTS + ((CHECKPOINT_FILE,) if cfg.method.name == "seam" else ())
     return run_guarded(store, run_id, key, _tracked(body, cfg, store, run_id, key),
@@ -487,8 +488,6 @@ def drop_metrics(data) -> dict:
 def _require_intact(run: RunResult, files: Collection[str]) -> None:
     """Hash ``files`` of a finished run against its manifest before they are read; raises
     `StoreError` naming the file when one changed (the next run of the sweep redoes it)."""
-    from anchorviz.pipeline.store import StoreError, verify_run_dir
-
     ok, why = verify_run_dir(run.run_dir, hash_files=files)
     if not ok:
         raise StoreError(f"{run.kind} run {run.run_id} changed since it was written ({why}): "
@@ -508,8 +507,6 @@ def _save_weights(model, tmp: Path, full: bool = True) -> None:
     in the metadata (`anchorviz.models.save_checkpoint`; `load_run_model` reads it back).
     ``full`` is ignored: the checkpoint always covers what was trained (it once chose a
     head-only file, which made a fully fine-tuned student's checkpoint not the student)."""
-    from anchorviz.models.reward_model import CHECKPOINT_FILE, save_checkpoint
-
     save_checkpoint(model, tmp / CHECKPOINT_FILE)
 
 
@@ -517,10 +514,6 @@ def _seam_labels(store, cfg: RunConfig, data, teacher: RunResult, q: np.ndarray,
     """SEAM label refinement (anchorviz.training.seam, docs/SEAM.md): the pretrained generative student
     writes principle trees; the trained weak teacher annotates the informative nodes."""
     from safetensors.torch import load_file
-
-    from anchorviz.models.reward_model import CHECKPOINT_FILE, load_trainable_state
-    from anchorviz.pipeline.store import config_hash
-    from anchorviz.training.seam import refine_labels, reward_score_fn
 
     _require_intact(teacher, (CHECKPOINT_FILE,))
     state = load_file(str(teacher.run_dir / CHECKPOINT_FILE))
@@ -552,8 +545,6 @@ def anchor_reference(model, objective, train, cfg: RunConfig):
     """The frozen reference ANCHOR compares ``model`` with on the ``train`` pairs, by the
     strategy ``cfg.method.reference`` resolves to; returns ``(reference, info)`` (strategy, why,
     set-up seconds). The caller closes the reference."""
-    from anchorviz.training.reference import choose_strategy, make_reference
-
     n_tok = sum(len(x) for x in train.chosen_ids) + sum(len(x) for x in train.rejected_ids)
     strategy, why = choose_strategy(model, cfg.method.reference, n_tok, len(objective.anchor_layers))
     logger.info("reference strategy %s (%s)", strategy, why)
@@ -569,10 +560,6 @@ def anchor_reference(model, objective, train, cfg: RunConfig):
 def run_student(store, cfg: RunConfig, data, kind: str = "student",
                 teacher: RunResult | None = None, ceiling: RunResult | None = None) -> RunResult:
     """Train and analyse one student (``kind="student"``) or the gold ceiling (``"ceiling"``)."""
-    from anchorviz.analysis.capture import save_captured
-    from anchorviz.choices import parse_layer_spec
-    from anchorviz.training.losses import resolve_anchor_layers
-
     key = student_key(cfg, kind)
     run_id = run_id_for(key)
 

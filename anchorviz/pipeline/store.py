@@ -42,7 +42,7 @@ from typing import Any
 
 from filelock import FileLock
 
-from anchorviz.paths import file_sha256, read_yaml
+from anchorviz.paths import apply_umask, file_sha256, read_yaml, storage_error, write_atomic
 
 logger = logging.getLogger(__name__)
 
@@ -109,8 +109,6 @@ class RunStore:
     """Run directories under ``root/runs``; shared artefacts under ``root/shared``."""
 
     def __init__(self, root: str | Path) -> None:
-        from anchorviz.paths import storage_error
-
         self.root = Path(root)
         try:
             for sub in ("runs", "shared", ".locks"):
@@ -175,8 +173,6 @@ class RunStore:
         """A fresh temporary folder (same file system) to write a run into, with the
         permissions of the user's umask (``mkdtemp`` alone makes it 0700, which a store shared
         between users or machines cannot read)."""
-        from anchorviz.paths import apply_umask
-
         safe_name(run_id, "run id")
         tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{run_id}-", dir=self.root / "runs"))
         apply_umask(tmp)
@@ -353,8 +349,6 @@ def seal_shared(folder: str | Path) -> Path:
     """Record the sha256 and size of every file of a shared artefact folder in its
     ``HASHES.json`` (atomically; call it under the artefact's lock once its files are written).
     ``anchorviz verify`` and the readers of reference captures check them. Returns the file."""
-    from anchorviz.paths import write_atomic
-
     folder = Path(folder)
     files = {rel: {"sha256": file_sha256(folder / rel), "size": (folder / rel).stat().st_size}
              for rel in _shared_files(folder)}
@@ -414,6 +408,7 @@ def load_run_model(run_dir, *, device: str = "cpu", trust_remote_code: bool = Fa
     these are what is loaded). Raises `ModelError` for an unfinished or damaged run, a base
     model that is not the one trained, or a checkpoint that does not hold the trained
     parameters."""
+    # torch: the figures read run folders through this module and never load a model
     import torch
 
     from anchorviz.models.reward_model import (

@@ -17,10 +17,14 @@ from pathlib import Path
 import pandas as pd
 
 from anchorviz.config import RunConfig
+from anchorviz.paths import write_atomic
 from anchorviz.pipeline import steps
 from anchorviz.pipeline.expected import SWEEP_FILE, record_grid
 from anchorviz.pipeline.prepare import data_config, prepare_data
 from anchorviz.pipeline.results import results_table
+from anchorviz.pipeline.runner import build_graph, check_backend, run_graph
+from anchorviz.pipeline.store import RunStore
+from anchorviz.precision import warn_emulated
 from anchorviz.sweep_config import SweepConfig, expand_sweep
 
 __all__ = [
@@ -38,12 +42,8 @@ def run(cfg: RunConfig, out_dir: str | Path = "runs/default", jobs: int | None =
     student train in parallel with 2); ``threads``: torch threads per worker; ``backend``:
     ``"local"`` or ``"ray"`` (each node a Ray task on the cluster at ``address``, or on a local
     Ray instance; ``out_dir`` must then be on a filesystem every worker sees)."""
-    from anchorviz.pipeline.runner import build_graph, check_backend, run_graph
-    from anchorviz.pipeline.store import RunStore
-
     cfg.validate()
     check_backend(out_dir, backend, address)
-    from anchorviz.precision import warn_emulated
 
     warn_emulated([cfg])  # bfloat16 forced where it is emulated: said before any work
     store = RunStore(out_dir)
@@ -73,8 +73,6 @@ def _write_sweep_yaml(path: Path, payload: dict) -> None:
     """``sweep.yaml``, atomically: a reader (a report during a second sweep) never sees half."""
     import yaml
 
-    from anchorviz.paths import write_atomic
-
     text = yaml.safe_dump(payload, sort_keys=False)
     write_atomic(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
 
@@ -103,9 +101,6 @@ def sweep(sw: SweepConfig | Sequence[SweepConfig], out_dir: str | Path, jobs: in
     that of the first. Each sweep is also recorded as its own grid file
     (``out_dir/grids/sweep-<hash>.yaml``, `anchorviz.pipeline.expected.record_grid`), so a
     second sweep with another grid on the same folder is recorded beside the first."""
-    from anchorviz.pipeline.runner import build_graph, check_backend, run_graph
-    from anchorviz.pipeline.store import RunStore
-
     sweeps = [sw] if isinstance(sw, SweepConfig) else list(sw)
     if not sweeps:
         raise ValueError("sweep: no sweep given (an empty list)")
@@ -117,7 +112,6 @@ def sweep(sw: SweepConfig | Sequence[SweepConfig], out_dir: str | Path, jobs: in
     for s in sweeps:  # one grid file per sweep: another grid on this folder is kept beside it
         record_grid(out_dir, "sweep", _sweep_payload(s), command=_command_line())
     configs = [c for s in sweeps for c in expand_sweep(s)]
-    from anchorviz.precision import warn_emulated
 
     warn_emulated(configs)  # bfloat16 forced where it is emulated: said before any work
     for d in {json.dumps(asdict(data_config(c)), sort_keys=True): data_config(c)

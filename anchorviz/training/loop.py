@@ -30,6 +30,7 @@ from anchorviz.config import TrainConfig, TrainError
 from anchorviz.models.reward_model import RewardModel, eval_mode
 from anchorviz.models.tokenization import EncodedPairs, length_batches, pad_side
 from anchorviz.paths import bars_off
+from anchorviz.precision import EMULATED_COST, native_bf16
 from anchorviz.training.losses import (
     anchor_loss,
     bt_soft_loss,
@@ -37,6 +38,7 @@ from anchorviz.training.losses import (
     confidence_loss,
 )
 from anchorviz.training.reference import Reference
+from anchorviz.training.tracking import current
 
 logger = logging.getLogger(__name__)
 
@@ -78,7 +80,6 @@ def _warn_emulated_bf16() -> None:
     if _BF16_WARNED:
         return
     _BF16_WARNED.append(True)
-    from anchorviz.precision import EMULATED_COST, native_bf16
 
     native, why = native_bf16("cpu")  # the overrides that reproduce an AVX2 CPU count too
     if not native:
@@ -233,22 +234,10 @@ def train_reward_model(
     reads numbers the loop has computed.
     """
     if tracker is None:
-        from anchorviz.training.tracking import current
-
         tracker = current()
     objective = objective or Objective()
-    config.validate()
-    objective.validate(model)
-    if len(train) == 0:
-        raise TrainError(f"{desc}: the training set is empty")
-    q_all = _validate_targets(targets, len(train), f"{desc} targets")
-    if objective.anchored and reference is None:
-        raise TrainError(f"{desc}: ANCHOR layers {list(objective.anchor_layers)} need a reference")
-    if val is not None:
-        val_q = _validate_targets(
-            np.ones(len(val)) if val_targets is None else val_targets, len(val), f"{desc} val"
-        )
-
+    q_all, val_q = _checked_inputs(model, train, targets, config, objective, reference, val,
+                                   val_targets, desc)
     # Accelerate: one process on a CPU or GPU as is; `accelerate launch` runs DDP, each process
     # taking its own share of every batch (gradients are averaged by DDP)
     accelerator = _accelerator(config)
@@ -260,40 +249,23 @@ def train_reward_model(
     model.train()
     if config.gradient_checkpointing and hasattr(model.backbone, "gradient_checkpointing_enable"):
         model.backbone.gradient_checkpointing_enable()
-
-    decay, no_decay = [], []
-    head = [p for p in model.head.parameters() if p.requires_grad]
-    head_ids = {id(p) for p in head}
-    for name, p in model.named_parameters():
-        if p.requires_grad and id(p) not in head_ids:
-            (no_decay if p.ndim < 2 or "norm" in name.lower() else decay).append(p)
-    optimizer = make_optimizer(
-        [{"params": decay, "weight_decay": config.weight_decay},
-         {"params": no_decay, "weight_decay": 0.0},
-         {"params": head, "weight_decay": 0.0, "lr": config.head_lr or config.lr}],
-        lr=config.lr, name=config.optimizer,
-    )
+    optimizer = _optimizer(model, config)
     n = len(train)
-    batches_per_epoch = math.ceil(n / config.batch_size)
-    total_batches = max(1, round(batches_per_epoch * config.epochs))
-    total_steps = math.ceil(total_batches / config.grad_accum)
-    warmup = int(config.warmup_frac * total_steps)
+    sched = _Schedule.of(n, config)
     wrapped, optimizer = accelerator.prepare(model, optimizer)
     scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda s: lr_factor(s, total_steps, warmup)
+        optimizer, lambda s: lr_factor(s, sched.total_steps, sched.warmup)
     )
-    eval_every = config.eval_every or max(1, math.ceil(batches_per_epoch / config.grad_accum))
     layers = list(objective.anchor_layers)
 
     order: list[int] = []
     history, evals = [], []
-    best = (math.inf, None, None)  # (val loss, step, state)
-    bad_evals, step, t0 = 0, 0, time.perf_counter()
-    stopped = False
-    bar = tqdm(total=total_steps, desc=desc, disable=bars_off(config.progress), leave=False)
+    keeper = _BestKeeper(config, desc)
+    step, t0 = 0, time.perf_counter()
+    bar = tqdm(total=sched.total_steps, desc=desc, disable=bars_off(config.progress), leave=False)
     optimizer.zero_grad(set_to_none=True)
     acc_terms: dict[str, float] = {}
-    for b in range(total_batches):
+    for b in range(sched.total_batches):
         if not order:
             order = rng.permutation(n).tolist()
         idx, order = order[: config.batch_size], order[config.batch_size :]
@@ -302,45 +274,16 @@ def train_reward_model(
         batch, index = joint_batch(train, idx)
         batch = batch.to(device)
         q = torch.as_tensor(q_all[idx], dtype=torch.float32, device=device)
-        with accelerator.autocast():
-            out = wrapped(batch.input_ids, batch.attention_mask, batch.response_mask,
-                        layers=layers or None)
-        r = out.rewards.float()
-        r_a, r_b = r[: len(idx)], r[len(idx) :]
-        if objective.kind == "confidence":
-            fit = confidence_loss(r_a, r_b, q, aux_coef=objective.aux_coef, step=step,
-                                  total_steps=total_steps, warmup_frac=objective.aux_warmup_frac)
-        else:
-            fit = bt_soft_loss(r_a, r_b, q)
-        terms = {"fit": fit}
-        loss = fit
-        if objective.anchored:
-            with precision(config.bf16, device):  # the reference in the student's arithmetic
-                ref = reference.states(index, batch)
-            # group the joint batch's rows by pair (index[j] = (pair_row, side)), so "pair"
-            # normalisation averages each pair's two sides' response tokens as one sample
-            anch = anchor_loss({k: out.hidden[k].float() for k in layers},
-                               {k: ref[k].float() for k in layers}, batch.response_mask,
-                               normalise=objective.anchor_normalise,
-                               groups=[pair_row for pair_row, _ in index])
-            terms["anchor"] = anch
-            loss = loss + objective.anchor_lambda * anch
-        terms["total"] = loss
+        terms = _batch_terms(wrapped, accelerator, batch, index, q, objective, reference,
+                             layers, config, device, step, sched.total_steps)
         check_finite_loss(terms, step=step, batch_ids=[train.pair_ids[i] for i in idx])
-        accelerator.backward(loss / config.grad_accum)
+        accelerator.backward(terms["total"] / config.grad_accum)
         for k, v in terms.items():
             acc_terms[k] = acc_terms.get(k, 0.0) + float(v.detach()) / config.grad_accum
-        if (b + 1) % config.grad_accum and b + 1 < total_batches:
+        if (b + 1) % config.grad_accum and b + 1 < sched.total_batches:
             continue
-        grad_norm = accelerator.clip_grad_norm_(
-            [p for p in model.parameters() if p.requires_grad], config.max_grad_norm
-        )
-        if not torch.isfinite(grad_norm):
-            check_finite_loss({**terms, "grad_norm": grad_norm}, step=step,
-                              batch_ids=[train.pair_ids[i] for i in idx])
-        optimizer.step()
-        scheduler.step()
-        optimizer.zero_grad(set_to_none=True)
+        grad_norm = _optimizer_step(model, accelerator, optimizer, scheduler, config, terms,
+                                    step, [train.pair_ids[i] for i in idx])
         history.append({"step": step, **acc_terms, "lr": optimizer.param_groups[0]["lr"],
                         "grad_norm": float(grad_norm)})
         if tracker is not None:
@@ -349,35 +292,159 @@ def train_reward_model(
         step += 1
         bar.update(1)
         bar.set_postfix(loss=f"{history[-1]['total']:.4f}")
-        if val is not None and (step % eval_every == 0 or step == total_steps):
+        if val is not None and (step % sched.eval_every == 0 or step == sched.total_steps):
             vloss, vacc = _evaluate(model, val, val_q, config)
             evals.append({"step": step, "val_loss": vloss, "val_acc": vacc})
             if tracker is not None:
                 tracker.log_eval(evals[-1])
-            if vloss < best[0] - 1e-6:
-                state = ({k: v.detach().clone() for k, v in model.state_dict().items()}
-                         if config.early_stopping else None)
-                best, bad_evals = (vloss, step, state), 0
-            else:
-                bad_evals += 1
-                if config.early_stopping and bad_evals >= config.patience:
-                    logger.info("%s: early stop at step %d (best step %s)", desc, step, best[1])
-                    stopped = True
-                    break
+            if keeper.after_eval(model, vloss, step):
+                break
     bar.close()
-    if config.early_stopping and best[2] is not None:
-        model.load_state_dict(best[2])
+    keeper.restore(model)
     logger.info("%s: %d steps in %.1fs%s", desc, step, time.perf_counter() - t0,
-                " (early stopped)" if stopped else "")
+                " (early stopped)" if keeper.stopped else "")
     return TrainResult(
         history=pd.DataFrame(history),
         evals=pd.DataFrame(evals, columns=["step", "val_loss", "val_acc"]),
         steps=step,
-        best_step=best[1],
+        best_step=keeper.best_step,
         seconds=time.perf_counter() - t0,
         config={**asdict(config), "objective": {**asdict(objective),
                                                "anchor_layers": list(objective.anchor_layers)}},
     )
+
+
+def _checked_inputs(model: RewardModel, train: EncodedPairs, targets: np.ndarray,
+                    config: TrainConfig, objective: Objective, reference: Reference | None,
+                    val: EncodedPairs | None, val_targets: np.ndarray | None,
+                    desc: str) -> tuple[np.ndarray, np.ndarray | None]:
+    """The training and validation target probabilities, after every check of the inputs
+    (`TrainError` naming ``desc``): settings, objective, an empty set, targets, a reference."""
+    config.validate()
+    objective.validate(model)
+    if len(train) == 0:
+        raise TrainError(f"{desc}: the training set is empty")
+    q_all = _validate_targets(targets, len(train), f"{desc} targets")
+    if objective.anchored and reference is None:
+        raise TrainError(f"{desc}: ANCHOR layers {list(objective.anchor_layers)} need a reference")
+    val_q = None
+    if val is not None:
+        val_q = _validate_targets(
+            np.ones(len(val)) if val_targets is None else val_targets, len(val), f"{desc} val"
+        )
+    return q_all, val_q
+
+
+def _optimizer(model: RewardModel, config: TrainConfig) -> torch.optim.Optimizer:
+    """The optimiser: weight decay on the backbone's matrices only (not on biases and norms),
+    and the zero-initialised head at its own lr (``head_lr``, else ``lr``)."""
+    decay, no_decay = [], []
+    head = [p for p in model.head.parameters() if p.requires_grad]
+    head_ids = {id(p) for p in head}
+    for name, p in model.named_parameters():
+        if p.requires_grad and id(p) not in head_ids:
+            (no_decay if p.ndim < 2 or "norm" in name.lower() else decay).append(p)
+    return make_optimizer(
+        [{"params": decay, "weight_decay": config.weight_decay},
+         {"params": no_decay, "weight_decay": 0.0},
+         {"params": head, "weight_decay": 0.0, "lr": config.head_lr or config.lr}],
+        lr=config.lr, name=config.optimizer,
+    )
+
+
+@dataclass(frozen=True)
+class _Schedule:
+    """How many batches and optimiser steps a training run takes, its warm-up steps and the
+    optimiser steps between validations."""
+
+    total_batches: int
+    total_steps: int
+    warmup: int
+    eval_every: int
+
+    @classmethod
+    def of(cls, n: int, config: TrainConfig) -> _Schedule:
+        batches_per_epoch = math.ceil(n / config.batch_size)
+        total_batches = max(1, round(batches_per_epoch * config.epochs))
+        total_steps = math.ceil(total_batches / config.grad_accum)
+        eval_every = config.eval_every or max(1, math.ceil(batches_per_epoch / config.grad_accum))
+        return cls(total_batches, total_steps, int(config.warmup_frac * total_steps), eval_every)
+
+
+def _batch_terms(wrapped, accelerator, batch, index, q: torch.Tensor, objective: Objective,
+                 reference: Reference | None, layers: list[int], config: TrainConfig, device,
+                 step: int, total_steps: int) -> dict[str, torch.Tensor]:
+    """The loss terms of one joint batch: ``fit`` (soft Bradley-Terry, or the confidence
+    loss), ``anchor`` when ANCHOR layers are set, and their weighted sum ``total``."""
+    n = len(q)
+    with accelerator.autocast():
+        out = wrapped(batch.input_ids, batch.attention_mask, batch.response_mask,
+                      layers=layers or None)
+    r = out.rewards.float()
+    r_a, r_b = r[:n], r[n:]
+    if objective.kind == "confidence":
+        fit = confidence_loss(r_a, r_b, q, aux_coef=objective.aux_coef, step=step,
+                              total_steps=total_steps, warmup_frac=objective.aux_warmup_frac)
+    else:
+        fit = bt_soft_loss(r_a, r_b, q)
+    terms = {"fit": fit}
+    loss = fit
+    if objective.anchored:
+        with precision(config.bf16, device):  # the reference in the student's arithmetic
+            ref = reference.states(index, batch)
+        # group the joint batch's rows by pair (index[j] = (pair_row, side)), so "pair"
+        # normalisation averages each pair's two sides' response tokens as one sample
+        anch = anchor_loss({k: out.hidden[k].float() for k in layers},
+                           {k: ref[k].float() for k in layers}, batch.response_mask,
+                           normalise=objective.anchor_normalise,
+                           groups=[pair_row for pair_row, _ in index])
+        terms["anchor"] = anch
+        loss = loss + objective.anchor_lambda * anch
+    terms["total"] = loss
+    return terms
+
+
+def _optimizer_step(model: RewardModel, accelerator, optimizer, scheduler, config: TrainConfig,
+                    terms: dict[str, torch.Tensor], step: int,
+                    batch_ids: list[str]) -> torch.Tensor:
+    """Clip the gradients (a non-finite norm is a `NonFiniteLossError` naming the batch), step
+    the optimiser and the lr schedule, clear the gradients; returns the gradient norm."""
+    grad_norm = accelerator.clip_grad_norm_(
+        [p for p in model.parameters() if p.requires_grad], config.max_grad_norm
+    )
+    if not torch.isfinite(grad_norm):
+        check_finite_loss({**terms, "grad_norm": grad_norm}, step=step, batch_ids=batch_ids)
+    optimizer.step()
+    scheduler.step()
+    optimizer.zero_grad(set_to_none=True)
+    return grad_norm
+
+
+class _BestKeeper:
+    """The best validation so far (its step, and with ``early_stopping`` its weights) and
+    the patience count: `after_eval` says when to stop, `restore` loads the best weights."""
+
+    def __init__(self, config: TrainConfig, desc: str) -> None:
+        self.config, self.desc = config, desc
+        self.loss, self.best_step, self.state = math.inf, None, None
+        self.bad_evals, self.stopped = 0, False
+
+    def after_eval(self, model: RewardModel, vloss: float, step: int) -> bool:
+        if vloss < self.loss - 1e-6:
+            self.state = ({k: v.detach().clone() for k, v in model.state_dict().items()}
+                          if self.config.early_stopping else None)
+            self.loss, self.best_step, self.bad_evals = vloss, step, 0
+            return False
+        self.bad_evals += 1
+        if self.config.early_stopping and self.bad_evals >= self.config.patience:
+            logger.info("%s: early stop at step %d (best step %s)", self.desc, step,
+                        self.best_step)
+            self.stopped = True
+        return self.stopped
+
+    def restore(self, model: RewardModel) -> None:
+        if self.config.early_stopping and self.state is not None:
+            model.load_state_dict(self.state)
 
 
 def _evaluate(model, val, val_q, config) -> tuple[float, float]:

@@ -31,7 +31,7 @@ from tqdm.auto import tqdm
 
 from anchorviz.choices import REFERENCES
 from anchorviz.models.reward_model import RewardModel, disable_dropout, eval_mode
-from anchorviz.models.tokenization import EncodedPairs, SideBatch, length_batches
+from anchorviz.models.tokenization import EncodedPairs, SideBatch, length_batches, pad_side
 
 logger = logging.getLogger(__name__)
 
@@ -184,8 +184,6 @@ class CachedReference(Reference):
 
     @torch.no_grad()
     def _fill(self, model: RewardModel, encoded: EncodedPairs, batch_size: int, device) -> None:
-        from anchorviz.models.tokenization import pad_side
-
         seqs = [(i, s) for i in range(len(encoded)) for s in (0, 1)]
         bb = model.backbone
         ctx = bb.disable_adapter() if hasattr(bb, "disable_adapter") else nullcontext()

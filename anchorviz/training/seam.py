@@ -47,6 +47,9 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
+from anchorviz.models.reward_model import eval_mode
+from anchorviz.models.tokenization import encode_side, length_batches, pad_side, pad_token_id
+from anchorviz.models.zoo import ZOO, resolve_model
 from anchorviz.paths import file_sha256, write_atomic
 
 logger = logging.getLogger(__name__)
@@ -105,8 +108,6 @@ def check_generative(model_dir: str | os.PathLike[str]) -> None:
     head (``*ForCausalLM`` / ``*LMHeadModel``) of a decoder model type, and a tokenizer.
     Encoders such as MiniLM / BERT (``BertModel``) and headless decoders (``LlamaModel``) fail.
     """
-    from anchorviz.models.zoo import ZOO
-
     ref = os.fspath(model_dir)
     hint = ("SEAM needs a generative strong backbone (a decoder with its causal-LM head, e.g. "
             "the zoo model 'smollm2-135m'); use method naive, confidence or anchor for encoder "
@@ -402,7 +403,6 @@ def build_trees(pairs: pd.DataFrame, generator_dir: str | os.PathLike[str], *,
     if n_principles < 1:
         raise SeamError(f"n_principles must be >= 1, got {n_principles}")
     check_generative(generator_dir)
-    from anchorviz.models.zoo import resolve_model
 
     generator_dir = os.fspath(resolve_model(generator_dir))
     from transformers import AutoTokenizer
@@ -719,9 +719,6 @@ def reward_score_fn(model, tokenizer, *, max_length: int = 128, batch_size: int 
     :func:`anchorviz.models.tokenization.encode_pairs` (same truncation, same response mask), batched
     by length, scored in eval mode under ``torch.inference_mode``.
     """
-    from anchorviz.models.reward_model import eval_mode
-    from anchorviz.models.tokenization import encode_side, length_batches, pad_side, pad_token_id
-
     pad = pad_token_id(tokenizer)
 
     def score(prompts: list[str], responses: list[str]) -> np.ndarray:

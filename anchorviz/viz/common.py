@@ -21,6 +21,7 @@ from __future__ import annotations
 import functools
 import logging
 import math
+import re
 from collections.abc import Sequence
 from os import PathLike as OsPathLike
 from pathlib import Path
@@ -302,8 +303,6 @@ def _group_color(method: str, anchor_lambda: float, anchor_layers: str,
 def _rgb(color: str) -> tuple[float, float, float]:
     """(r, g, b) in [0, 1] of ``"#rrggbb"`` or ``"rgb(r, g, b)"`` (what plotly's colour scales
     give)."""
-    import re
-
     c = color.strip()
     if c.startswith("#") and len(c) == 7:
         return tuple(int(c[i:i + 2], 16) / 255 for i in (1, 3, 5))  # type: ignore[return-value]

@@ -29,6 +29,8 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from anchorviz.analysis.cues import known_cues
+from anchorviz.pipeline.results import run_cues
 from anchorviz.viz.common import (
     BOTTOM_LEGEND,
     TEMPLATE,
@@ -84,8 +86,6 @@ def load_cue_blocks(sweep_dir: PathLike, run_ids: Sequence[str], rebuild: bool =
         run_dir = root / str(rid)
         block = _stored_block(run_dir)
         if block is None and rebuild:
-            from anchorviz.pipeline.results import run_cues
-
             try:
                 block = run_cues(run_dir)
             except Exception as err:  # an old or foreign run: shown without it
@@ -157,8 +157,6 @@ def _split_title(split: str) -> str:
 
 def _resolve_cues(blocks: dict[str, dict], panels: Sequence[str],
                   cue: str | Sequence[str] | None) -> list[str]:
-    from anchorviz.analysis.cues import known_cues
-
     present = list(dict.fromkeys(c for b in blocks.values() for s in panels
                                  for c in (b.get(s) or {})))
     if cue is None:

@@ -22,6 +22,8 @@ import plotly.graph_objects as go
 from plotly.colors import sample_colorscale
 from plotly.subplots import make_subplots
 
+from anchorviz.analysis.drift import drift_ood_relation
+from anchorviz.analysis.drift_inputs import DriftError
 from anchorviz.viz.common import (
     ANCHOR_SCALES,
     BOTTOM_LEGEND,
@@ -337,9 +339,6 @@ def _drift_table_column(drift_col: str) -> str | None:
 def _relation_stat(panel: pd.DataFrame, min_n: int, n_boot: int, seed: int,
                    ci_level: float) -> tuple[dict | None, str]:
     """(relation or None, caption) of one panel's points: no statistic below ``min_n`` runs."""
-    from anchorviz.analysis.drift import drift_ood_relation
-    from anchorviz.analysis.drift_inputs import DriftError
-
     n = len(panel)
     if n < min_n:
         return None, f"n = {n} run{'s' if n != 1 else ''} (< {min_n}): no correlation shown"

@@ -12,6 +12,10 @@ get one.
 
 from __future__ import annotations
 
+import base64
+import html as _html
+import logging
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -77,9 +81,6 @@ def paper_width_inches(width: str | float) -> float:
 
 def figure_caption(fig: go.Figure) -> str:
     """The figure's title and subtitle as plain text (for a caption list or a file name)."""
-    import html as _html
-    import re
-
     text = fig.layout.title.text or ""
     text = re.sub(r"<br\s*/?>", " — ", text, count=1)
     text = re.sub(r"<br\s*/?>", " ", text)
@@ -111,8 +112,6 @@ def _legend_columns(names: Sequence[str], width_px: float, font_px: float) -> in
 def _wrap_html(text: str, width_px: float, font_px: float) -> str:
     """Wrap a plotly label (lines split by ``<br>``, a line may be one ``<sup>...</sup>``) to
     ``width_px``; lines with other markup are kept whole."""
-    import re
-
     out = []
     for part in re.split(r"<br\s*/?>", text):
         sup = re.fullmatch(r"\s*<sup>(.*)</sup>\s*", part, flags=re.S)
@@ -230,8 +229,6 @@ def paper_style(fig: go.Figure, width: str | float = "single", *, aspect: float 
 
 def _fix_svg_size(path: Path, width_in: float, height_in: float) -> None:
     """Give an SVG its physical size (``width="3.5in"``), keeping its viewBox in CSS px."""
-    import re
-
     text = path.read_text(encoding="utf-8")
     head_end = text.index(">")
     head = text[:head_end]
@@ -311,8 +308,6 @@ def wrap_title(fig: go.Figure, width_px: float) -> go.Figure:
     """A copy of ``fig`` whose title (main line and ``<sup>`` subtitle) is wrapped to fit
     ``width_px`` CSS px, with the top margin grown by the added lines (static images cannot
     reflow a long title: it would be cut at the right edge)."""
-    import re
-
     text = fig.layout.title.text or ""
     out = go.Figure(fig)
     if not text:
@@ -385,15 +380,11 @@ _LEGEND_ROW_PX = 24  # one row of a horizontal legend at 12 px (symbol and paddi
 
 
 def _n_lines(text: str) -> int:
-    import re
-
     return len(re.split(r"<br\s*/?>", text)) if text else 0
 
 
 def _text_px(text: str, font_px: float) -> float:
     """An upper estimate of a one-line label's width (plain text, markup dropped)."""
-    import re
-
     return 0.58 * font_px * len(re.sub(r"<[^>]+>", "", text))
 
 
@@ -578,8 +569,6 @@ def show_widget_picture(obj, width: int = NOTEBOOK_WIDTH,
     the ``SweepExplorer``): a line saying what it is, then each figure as a PNG laid out by
     :func:`static_layout`, shown ``width`` px wide. GitHub shows no widget; a stored notebook
     shows this instead. Returns the number of images displayed."""
-    import base64
-
     from IPython.display import display
 
     figs = dict(getattr(obj, "figures", {}) or {})
@@ -619,8 +608,6 @@ class _IgnoredBrowserNoise:
 
 def quiet_browser_noise() -> None:
     """Install :class:`_IgnoredBrowserNoise` on the logger of kaleido's browser pipe (once)."""
-    import logging
-
     pipe = logging.getLogger("choreographer.channels.pipe")
     if not any(isinstance(f, _IgnoredBrowserNoise) for f in pipe.filters):
         pipe.addFilter(_IgnoredBrowserNoise())

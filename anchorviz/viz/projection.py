@@ -12,6 +12,8 @@ map (``projection.parquet``, fitted on the frozen reference's states).
 
 from __future__ import annotations
 
+import html
+import importlib.util
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -181,8 +183,6 @@ def umap_movement(groups: Sequence[Mapping[str, Any]], n_lines: int = 150,
 def hover_custom(df: pd.DataFrame) -> np.ndarray:
     """Per point: pair id, side, domain and ``"<br>"`` + the start of the response's text (the
     projection table's ``text`` column, escaped; empty for runs made before it was stored)."""
-    import html
-
     dom = df["domain"] if "domain" in df.columns else df["split"]
     if "text" in df.columns:
         text = ["" if pd.isna(t) else "<br>“" + html.escape(str(t)) + "”" for t in df["text"]]
@@ -249,8 +249,6 @@ def projection_method(run_dir: PathLike | None = None,
     if spec in ("pca", "umap"):
         return spec.upper()
     if spec == "auto":
-        import importlib.util
-
         return "UMAP" if importlib.util.find_spec("umap") is not None else "PCA"
     return "map"
 

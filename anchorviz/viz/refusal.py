@@ -27,16 +27,20 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from anchorviz.analysis.metrics import seed_summary
 from anchorviz.analysis.refusal import (
+    REFUSE,
+    RESPOND,
     anchor_settings,
     choose_lambda,
+    drift_link,
     refusal_runs,
     refusal_verdicts,
     setting_label,
 )
 from anchorviz.analysis.story import Story, StoryError
 from anchorviz.viz.common import BOTTOM_LEGEND, METHOD_COLORS, OKABE_ITO, TEMPLATE, figure_title
-from anchorviz.viz.widgets import _FigureSlot, _wrap_row
+from anchorviz.viz.slots import FigureSlot, plain_text, wrap_row
 
 __all__ = ["RefusalExplorer", "drift_link_figure", "refusal_figure"]
 
@@ -68,8 +72,6 @@ def _colors(order: list[str]) -> dict[str, str]:
 
 
 def _mean_ci(values: np.ndarray) -> tuple[float, float, float]:
-    from anchorviz.analysis.metrics import seed_summary
-
     v = np.asarray(values, float)
     v = v[np.isfinite(v)]
     if not len(v):
@@ -140,8 +142,6 @@ def drift_link_figure(story: Story, store: str, *, layer: int | None = None,
     (default the last) against the follow rate of the refusal there. Right: per seed and ANCHOR
     setting, ANCHOR - naive in follow rate against ANCHOR - naive in drift (below 0: drift
     removed), with the pooled correlation; ``selected`` drawn larger."""
-    from anchorviz.analysis.refusal import drift_link
-
     runs = runs if runs is not None else refusal_runs(story, store, layer=layer)
     if runs["drift_respond"].isna().all():
         raise StoryError(f"store {store!r}: no drift on should-respond in {story.folder}")
@@ -227,13 +227,13 @@ class RefusalExplorer:
         self.status = widgets.HTML()
         self._silent = False
         self._fill(self.stores[0])
-        self._slots = {"refusal": _FigureSlot(go.Figure(), flex="1 1 900px"),
-                       "drift": _FigureSlot(go.Figure(), flex="1 1 700px")}
+        self._slots = {"refusal": FigureSlot(go.Figure(), flex="1 1 900px"),
+                       "drift": FigureSlot(go.Figure(), flex="1 1 700px")}
         self.figures = {k: s.figure for k, s in self._slots.items()}
         for w in (self.store_w, self.lambda_w, self.alayer_w, self.layer_w):
             w.observe(self._on_change, names="value")
         self.widget = widgets.VBox(
-            [self.status, _wrap_row([self.store_w, self.lambda_w, self.alayer_w, self.layer_w]),
+            [self.status, wrap_row([self.store_w, self.lambda_w, self.alayer_w, self.layer_w]),
              self._slots["refusal"].box, self._slots["drift"].box],
             layout=widgets.Layout(width="100%", max_width="1600px"))
         self._redraw()
@@ -263,9 +263,7 @@ class RefusalExplorer:
 
     @property
     def status_text(self) -> str:
-        from anchorviz.viz.widgets import _plain
-
-        return _plain(self.status.value)
+        return plain_text(self.status.value)
 
     def update(self, **selection: Any) -> dict[str, Any]:
         """Set any of ``store``, ``lambda_``, ``anchor_layers``, ``layer``; redraw once."""
@@ -311,7 +309,7 @@ class RefusalExplorer:
             self.status.value = f"<b>Nothing stored for this selection</b> ({_escape(str(exc))})"
 
     @staticmethod
-    def _replace(slot: _FigureSlot, new: go.Figure) -> None:
+    def _replace(slot: FigureSlot, new: go.Figure) -> None:
         fig = slot.figure
         with fig.batch_update():
             fig.data = ()
@@ -350,8 +348,6 @@ class RefusalExplorer:
 
 def is_refusal_story(story: Story) -> bool:
     """Whether some store of ``story`` was evaluated on both XSTest targets."""
-    from anchorviz.analysis.refusal import REFUSE, RESPOND
-
     cols = set(story.results.columns)
     return {f"acc_{RESPOND}", f"acc_{REFUSE}"} <= cols
 
@@ -360,8 +356,6 @@ def refusal_report_parts(story: Story) -> list[tuple[str, str, go.Figure | None]
     """``(title, plain text, figure)`` per source and question, in reading order: the verdict
     sentences, the refusal figure and the drift-link figure of each source whose runs were
     evaluated on both XSTest targets."""
-    from anchorviz.analysis.refusal import REFUSE, RESPOND
-
     parts: list[tuple[str, str, go.Figure | None]] = []
     stores = [s for s in story.stores
               if story.results.loc[story.results["store"] == s, f"acc_{RESPOND}"].notna().any()

@@ -14,17 +14,53 @@ plotly.js is embedded once.
 
 from __future__ import annotations
 
+import datetime
 import html
 import logging
 import math
 import re
+import unicodedata
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from anchorviz.paths import write_atomic
+import anchorviz
+from anchorviz.analysis import summary
+from anchorviz.analysis.summary import best_on_source_val, setting_columns
+from anchorviz.paths import COMMANDS_FILE, read_yaml, recorded_commands, write_atomic
+from anchorviz.pipeline.demo import demo_note, demo_sweep
+from anchorviz.pipeline.expected import grids, missing_runs
+from anchorviz.viz.accuracy import accuracy_figure, shortcut_figure, transfer_figure
+from anchorviz.viz.common import (
+    GROUP_KEYS,
+    group_mask,
+    group_table,
+    layers_label,
+    load_results,
+    load_run_table,
+    method_label,
+    method_rank,
+    select_condition,
+    sweep_targets,
+)
+from anchorviz.viz.cues import cue_reliance_figure, has_cue_blocks
+from anchorviz.viz.drift import (
+    DRIFT_METRICS,
+    drift_by_layer_figure,
+    drift_vs_ood_figure,
+    lambda_sweep_figure,
+)
+from anchorviz.viz.export import (
+    export_paper_figures,
+    figure_caption,
+    paper_width_inches,
+    static_layout,
+)
+from anchorviz.viz.projection import projection_method, umap_figure
+from anchorviz.viz.training import UNINFORMATIVE_BELOW, label_confidence_figure, loss_curve_figure
+from anchorviz.viz.verdict import verdict_figure
 
 logger = logging.getLogger(__name__)
 
@@ -116,8 +152,6 @@ def terms_line() -> str:
 
 def _run_configs(sweep_dir: Path, results: pd.DataFrame) -> dict[str, dict]:
     """``{run_id: config.yaml}`` of the runs in the results table (unreadable ones left out)."""
-    from anchorviz.paths import read_yaml
-
     out = {}
     for rid in results["run_id"].astype(str):
         path = sweep_dir / "runs" / rid / "config.yaml"
@@ -134,8 +168,6 @@ def _data_settings(configs: dict[str, dict], sweep_dir: Path) -> list[dict]:
     if blocks:
         return blocks
     try:
-        from anchorviz.paths import read_yaml
-
         base = (read_yaml(sweep_dir / "sweep.yaml") or {}).get("base") or {}
         return [base["data"]] if isinstance(base.get("data"), dict) else []
     except Exception:
@@ -143,8 +175,6 @@ def _data_settings(configs: dict[str, dict], sweep_dir: Path) -> list[dict]:
 
 
 def _quick_sizes() -> dict[str, int]:
-    from anchorviz.pipeline.demo import demo_sweep
-
     d = demo_sweep(quick=True).base.data
     return {k: getattr(d, k) for k in ("teacher_train", "w2s_train", "val", "source_test",
                                        "target_test")}
@@ -169,8 +199,6 @@ def smoke_status(sweep_dir: str | Path, results: pd.DataFrame | None = None) -> 
     ``anchorviz demo --quick`` (which the notebooks' ``ANCHORVIZ_SMOKE=1`` mode also uses)."""
     sweep_dir = Path(sweep_dir)
     if results is None:
-        from anchorviz.viz.common import load_results
-
         results = load_results(sweep_dir)
     configs = _run_configs(sweep_dir, results)
     by_run = {rid: c["data"] for rid, c in configs.items() if isinstance(c.get("data"), dict)}
@@ -220,8 +248,6 @@ def mixed_configs(results: pd.DataFrame) -> list[str]:
     """The settings other than the artefact strength (results columns such as
     ``teacher_visibility``, ``model``, ``cfg.<setting>``) that differ between runs of one method
     in this folder (`anchorviz.analysis.summary.setting_columns`); [] when they share one."""
-    from anchorviz.analysis.summary import setting_columns
-
     return [c.removeprefix("cfg.") for c in setting_columns(results, ignore=("artifact_strength",))]
 
 
@@ -232,8 +258,6 @@ def made_by(sweep_dir: str | Path) -> str:
     none: then the file that holds its settings, ``sweep.yaml`` (written by
     `anchorviz.pipeline.sweep.sweep`) with its grid, else the runs' own
     ``runs/<id>/config.yaml``."""
-    from anchorviz.paths import COMMANDS_FILE, read_yaml, recorded_commands
-
     sweep_dir = Path(sweep_dir)
     commands = recorded_commands(sweep_dir)
     if commands:
@@ -279,8 +303,6 @@ def scenario_lines(sweep_dir: str | Path, results: pd.DataFrame) -> list[str]:
     with how much of the marker the teacher reads) for the demo's constructed marker artefact
     on VADER, otherwise source, targets and any artefact; then the models, split sizes and
     seeds, read from the run configs."""
-    from anchorviz.pipeline.demo import demo_note
-
     sweep_dir = Path(sweep_dir)
     configs = _run_configs(sweep_dir, results)
     blocks = _data_settings(configs, sweep_dir)
@@ -351,8 +373,6 @@ def verdict_blocks(results: pd.DataFrame) -> list[dict[str, Any]]:
     `anchorviz.analysis.summary.failure_mode` and `anchorviz.analysis.summary.verdict_lines` (what the CLI
     prints). ``status``: ``"yes"`` (failure mode shown), ``"no"`` or ``"none"`` (no verdict:
     one seed, or missing runs / columns)."""
-    from anchorviz.analysis import summary
-
     out = []
     for setting, part in summary.split_by_settings(results, ignore=("artifact_strength",)):
         out += _verdict_blocks(part, setting)
@@ -360,8 +380,6 @@ def verdict_blocks(results: pd.DataFrame) -> list[dict[str, Any]]:
 
 
 def _verdict_blocks(results: pd.DataFrame, setting: dict) -> list[dict[str, Any]]:
-    from anchorviz.analysis import summary
-
     out = []
     where = f" ({summary.settings_text(setting)})" if setting else ""
     for s in _strengths(results):
@@ -432,8 +450,6 @@ def label_warning(results: pd.DataFrame) -> str | None:
     """A warning when the labels the students trained on are nearly uninformative: mean
     confidence max(q, 1 - q) below `anchorviz.viz.training.UNINFORMATIVE_BELOW` (teacher rows when
     no student has it); None otherwise."""
-    from anchorviz.viz.training import UNINFORMATIVE_BELOW
-
     if "q_confidence" not in results.columns:
         return None
     for kinds in (("student",), ("teacher",)):
@@ -460,9 +476,6 @@ def _pick_runs(results: pd.DataFrame) -> list[tuple[str, str]]:
     number: the naive student, and the ANCHOR setting chosen on gold SOURCE-validation
     accuracy (`anchorviz.analysis.summary.best_on_source_val`, never a target number; the largest
     lambda when no validation accuracy is stored)."""
-    from anchorviz.analysis.summary import best_on_source_val
-    from anchorviz.viz.common import select_condition
-
     out = []
     students = results[results["kind"] == "student"]
     if students.empty:
@@ -490,7 +503,6 @@ def _pick_runs(results: pd.DataFrame) -> list[tuple[str, str]]:
         lam, lay = float(top["anchor_lambda"]), top["anchor_layers"]
     pick = anchor[np.isclose(anchor["anchor_lambda"], lam) & (anchor["anchor_layers"] == lay)]
     pick = pick[pick["seed"] == pick["seed"].min()]
-    from anchorviz.viz.common import layers_label
 
     out.append((f"ANCHOR student (lambda {lam:g}, {layers_label(str(lay)) or lay}; {how})",
                 pick.iloc[0]["run_id"]))
@@ -530,9 +542,6 @@ def _table_html(results: pd.DataFrame) -> str:
     """The results table: one row per run, a reader's method name (lambda and layers only for
     ANCHOR), accuracies in percent and scores in points with 1 decimal, unitless measures with
     3 decimals."""
-    from anchorviz.analysis.summary import setting_columns
-    from anchorviz.viz.common import method_label, method_rank
-
     if {"wrg", "aog"} <= set(results.columns):  # the ID gain that did not carry over
         results = results.assign(wrg_minus_aog=results["wrg"].astype(float)
                                  - results["aog"].astype(float))
@@ -598,8 +607,6 @@ document.querySelectorAll('table.results').forEach(function (table) {
 
 
 def _drift_columns(sweep_dir: Path, results: pd.DataFrame) -> set[str]:
-    from anchorviz.viz.common import load_run_table
-
     for rid in results.loc[results["kind"] != "teacher", "run_id"]:
         try:
             return set(load_run_table(sweep_dir / "runs" / rid, "drift").columns)
@@ -617,8 +624,6 @@ def report_layout(fig):
     """``fig`` laid out for the report (`anchorviz.viz.export.static_layout` at
     :data:`REPORT_FIGURE_WIDTH`: the title and subplot titles wrapped, the legend right under the
     x axes, margins that hold each), then left to follow the page's width."""
-    from anchorviz.viz.export import static_layout
-
     out = static_layout(fig, width=REPORT_FIGURE_WIDTH)
     out.update_layout(width=None, autosize=True)
     return out
@@ -627,8 +632,6 @@ def report_layout(fig):
 def _lead_figure(sweep_dir: Path, results: pd.DataFrame):
     """The verdict figure (`anchorviz.viz.verdict.verdict_figure`) when the folder holds naive
     students of one setting; None otherwise (mixed settings are shown per setting below)."""
-    from anchorviz.viz.verdict import verdict_figure
-
     if "method" not in results or not (results["method"] == "naive").any():
         return None
     try:
@@ -682,8 +685,6 @@ FIGURE_CAPTIONS: dict[str, str] = {
 def _condition_students(results: pd.DataFrame) -> pd.DataFrame:
     """The student rows of the figures' condition (`select_condition`'s default: the largest
     artefact strength, the first value of every other varying setting)."""
-    from anchorviz.viz.common import select_condition
-
     students = results[results["kind"] == "student"]
     return select_condition(students)[0] if len(students) else students
 
@@ -691,8 +692,6 @@ def _condition_students(results: pd.DataFrame) -> pd.DataFrame:
 def _group_means(rows: pd.DataFrame, cols: list[str], seeds: list | None = None) -> pd.DataFrame:
     """Mean of ``cols`` per (method, lambda, layers) group over ``seeds`` (all when None), with
     the groups' labels in reading order and the seeds each mean used."""
-    from anchorviz.viz.common import GROUP_KEYS, group_mask, group_table
-
     out = []
     for g in group_table(rows).itertuples(index=False):
         part = rows[group_mask(rows, g.method, g.anchor_lambda, g.anchor_layers)]
@@ -805,8 +804,6 @@ def lambda_caption(results: pd.DataFrame) -> str | None:
     """What the lambda sweep shows in this folder: per anchored-layer choice, OOD and ID
     accuracy at the smallest and the largest lambda (mean over seeds), against the naive
     student's. None with fewer than two lambdas."""
-    from anchorviz.viz.common import layers_label
-
     rows = _condition_students(results)
     need = ["acc_id", "acc_ood"]
     if not set(need) <= set(rows.columns):
@@ -868,17 +865,6 @@ def figure_caption_for(title: str) -> str | None:
 
 
 def _figures(sweep_dir: Path, results: pd.DataFrame) -> list[tuple[str, object]]:
-    from anchorviz.viz.accuracy import accuracy_figure, shortcut_figure, transfer_figure
-    from anchorviz.viz.cues import cue_reliance_figure, has_cue_blocks
-    from anchorviz.viz.drift import (
-        DRIFT_METRICS,
-        drift_by_layer_figure,
-        drift_vs_ood_figure,
-        lambda_sweep_figure,
-    )
-    from anchorviz.viz.projection import projection_method, umap_figure
-    from anchorviz.viz.training import label_confidence_figure, loss_curve_figure
-
     sections: list[tuple[str, object]] = []
 
     def add(title: str, make) -> None:
@@ -933,9 +919,6 @@ FIGURE_FORMATS = ("pdf", "svg", "png")
 
 
 def _slug(title: str, limit: int = 60) -> str:
-    import re
-    import unicodedata
-
     text = unicodedata.normalize("NFKD", title.replace("λ", "lambda"))
     text = text.encode("ascii", "ignore").decode().lower()
     text = re.sub(r"[^a-z0-9]+", "-", text).strip("-")
@@ -956,9 +939,6 @@ def write_figures(sweep_dir: str | Path, fmt: str = "pdf", width: str | float = 
     skipped, with why. Returns the written image paths. Raises `anchorviz.viz.export.ExportError`
     when no static exporter works (kaleido needs Chrome / Chromium).
     """
-    from anchorviz.viz.common import load_results
-    from anchorviz.viz.export import export_paper_figures, figure_caption, paper_width_inches
-
     fmt = fmt.lower().lstrip(".")
     if fmt not in FIGURE_FORMATS:
         raise ValueError(f"figure format must be one of {list(FIGURE_FORMATS)}, got {fmt!r}")
@@ -972,8 +952,6 @@ def write_figures(sweep_dir: str | Path, fmt: str = "pdf", width: str | float = 
     for i, (title, obj) in enumerate(_figures(sweep_dir, results), start=1):
         name = f"{i:02d}-{_slug(title)}.{fmt}"
         if isinstance(obj, str):
-            import re
-
             why = html.unescape(re.sub(r"<[^>]+>", "", obj))
             lines.append(f"{name}: skipped -- {title}: {why}")
             continue
@@ -1032,8 +1010,6 @@ table.results th[aria-sort=descending]::after{content:" \\25BC"}
 def _missing_html(sweep_dir: Path) -> str | None:
     """A box listing every run the sweep's grid (its ``sweep.yaml``) expects that the folder
     lacks or cannot read (`anchorviz.pipeline.expected.missing_runs`); None when none is."""
-    from anchorviz.pipeline.expected import missing_runs
-
     try:
         missing = missing_runs(sweep_dir)
     except ValueError as err:
@@ -1054,8 +1030,6 @@ def _grids_html(sweep_dir: Path, results: pd.DataFrame) -> str | None:
     ``--out``; `anchorviz.pipeline.expected.grids`): a box saying that the report shows the
     runs of every grid, each grid with its runs (finished / expected), and how many rows
     belong to no recorded grid (older inputs). None for a folder of one grid."""
-    from anchorviz.pipeline.expected import grids
-
     found = [g for g in grids(sweep_dir) if not g.error]
     if len(found) < 2:
         return None
@@ -1141,11 +1115,6 @@ def write_report(sweep_dir: str | Path, path: str | Path | None = None, *,
     disclaimer (:func:`smoke_reasons`), scenario (:func:`scenario_lines`),
     verdict in detail (:func:`verdict_blocks`), label warning (:func:`label_warning`), results
     table, figures (each with its :func:`figure_caption_for` line) and the glossary."""
-    import datetime
-
-    import anchorviz
-    from anchorviz.viz.common import load_results, sweep_targets
-
     sweep_dir = Path(sweep_dir)
     results = load_results(sweep_dir)
     if run_ids is not None:
@@ -1255,7 +1224,6 @@ def write_report(sweep_dir: str | Path, path: str | Path | None = None, *,
         parts.append("</section>")
         first = False
     # contents: every block at the top that has an id, the table, then each figure
-    import re
 
     names = {"missing-runs": "Missing runs", "smoke": "Smoke run", "mixed": "Mixed settings",
              "scenario": "Scenario",

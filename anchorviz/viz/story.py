@@ -47,6 +47,7 @@ from anchorviz.analysis.story import (
     Story,
     StoryError,
     drift_summary,
+    load_story,
     seal_story,
     slice_contrast,
     slice_summary,
@@ -60,7 +61,10 @@ from anchorviz.viz.common import (
     figure_title,
     load_results,
 )
-from anchorviz.viz.widgets import _FigureSlot, _wrap_row, lambda_label
+from anchorviz.viz.export import _wrap_html
+from anchorviz.viz.refusal import is_refusal_story, refusal_report_parts
+from anchorviz.viz.selection import lambda_label
+from anchorviz.viz.slots import FigureSlot, plain_text, wrap_row
 
 __all__ = ["StoryExplorer", "cue_audit_figure", "export_story", "slice_figure", "split_label",
            "target_drift_figure", "write_story_report"]
@@ -294,7 +298,6 @@ def slice_figure(story: Story, store: str, split: str, cue: str, anchor_lambda: 
     fig.update_yaxes(range=[0, 100], title_text="%", row=1, col=1)
     fig.update_yaxes(range=[0, 100], row=1, col=2)
     fig.add_hline(y=50, line={"dash": "dot", "color": "grey", "width": 1}, row="all", col="all")
-    from anchorviz.viz.export import _wrap_html
 
     sub = (f"naive − ceiling {_interval_text(con['inherited'])}, ANCHOR − naive "
            f"{_interval_text(con['anchor'])} points (follow rate where it misleads, paired over "
@@ -377,15 +380,15 @@ class StoryExplorer:
         self._silent = False
         self._fill_options(first)
         panel = {"flex": "1 1 440px"}
-        self._slots = {"slices": _FigureSlot(go.Figure(), **panel),
-                       "drift": _FigureSlot(go.Figure(), **panel)}
+        self._slots = {"slices": FigureSlot(go.Figure(), **panel),
+                       "drift": FigureSlot(go.Figure(), **panel)}
         self.figures = {k: s.figure for k, s in self._slots.items()}
         for w in (self.store_w, self.split_w, self.cue_w, self.lambda_w, self.layer_w):
             w.observe(self._on_change, names="value")
         self.widget = widgets.VBox(
-            [self.status, _wrap_row([self.store_w, self.split_w, self.cue_w, self.lambda_w,
+            [self.status, wrap_row([self.store_w, self.split_w, self.cue_w, self.lambda_w,
                                      self.layer_w]),
-             _wrap_row([self._slots["slices"].box, self._slots["drift"].box],
+             wrap_row([self._slots["slices"].box, self._slots["drift"].box],
                        align_items="flex-start")],
             layout=widgets.Layout(width="100%", max_width="1600px"))
         self._redraw()
@@ -416,9 +419,7 @@ class StoryExplorer:
 
     @property
     def status_text(self) -> str:
-        from anchorviz.viz.widgets import _plain
-
-        return _plain(self.status.value)
+        return plain_text(self.status.value)
 
     def _controls(self) -> dict[str, widgets.ValueWidget]:
         return {"store": self.store_w, "split": self.split_w, "cue": self.cue_w,
@@ -473,7 +474,7 @@ class StoryExplorer:
                                  f"({_escape(str(exc))}); the panels show the previous one.")
 
     @staticmethod
-    def _replace(slot: _FigureSlot, new: go.Figure) -> None:
+    def _replace(slot: FigureSlot, new: go.Figure) -> None:
         fig = slot.figure
         with fig.batch_update():
             fig.data = ()
@@ -514,9 +515,6 @@ def write_story_report(folder: str | Path, path: str | Path | None = None) -> Pa
     Raises:
         StoryError: the folder is not a readable story folder, or holds nothing to show.
     """
-    from anchorviz.analysis.story import load_story
-    from anchorviz.viz.refusal import is_refusal_story, refusal_report_parts
-
     story = load_story(folder)
     parts: list[tuple[str, str, go.Figure | None]] = []
     if is_refusal_story(story):

@@ -16,6 +16,8 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from anchorviz.analysis import summary
+from anchorviz.pipeline.results import artifact_accuracy
 from anchorviz.viz.common import (
     ID_COLOR,
     OI,
@@ -35,8 +37,6 @@ def shortcut_share(teacher_dir: PathLike, student_dir: PathLike) -> dict[str, fl
     y}`` with x + y = WRG, where x = (student - teacher accuracy on the marked pairs the teacher
     could not read) x their share of the source-test pairs. ``{}`` for runs without a
     teacher-visibility split (no planted cue, or a teacher that reads every marker)."""
-    from anchorviz.pipeline.results import artifact_accuracy
-
     t, s = artifact_accuracy(teacher_dir), artifact_accuracy(student_dir)
     if "hidden" not in t or "hidden" not in s:
         return {}
@@ -56,10 +56,8 @@ def verdict_figure(sweep_dir: PathLike | None = None, *, results: pd.DataFrame |
     WRG - AOG with its t-interval over seeds, and (with ``sweep_dir``) the shortcut's share of
     each seed's WRG. The title is the verdict in words (`failure_mode`). One setting only:
     pass ``strength`` when the table holds several artefact strengths."""
-    from anchorviz.analysis.summary import failure_mode
-
     res = results_arg(sweep_dir, results)
-    fm = failure_mode(res, strength, method=method, confidence=confidence)
+    fm = summary.failure_mode(res, strength, method=method, confidence=confidence)
     if fm["n_seeds"] == 0:
         raise ValueError(f"no {method}-student runs to draw a verdict from ({fm['reason']})")
     pooled = fm["pooled"]
