@@ -22,7 +22,6 @@ EXCEPTIONS = {
     "viz/report.py": 1300,
     "pipeline/runner.py": 960,
     "viz/report.py:write_report": 180,
-    "data/artifacts.py:apply_artifact": 157,
     "viz/cues.py:cue_reliance_figure": 153,
     "viz/drift.py:drift_vs_ood_figure": 155,
     "data/vader.py:vader_pairs": 142,

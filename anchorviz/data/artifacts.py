@@ -234,21 +234,7 @@ def apply_artifact(
     if "meta" not in out.columns:
         out["meta"] = [{} for _ in range(len(out))]
     metas = [_copy_meta(m) for m in out["meta"]]
-    for m in metas:
-        if m.get("artifact_kind") is not None:
-            raise ValueError(
-                f"pairs already carry an artefact ({m['artifact_kind']!r}); apply to clean pairs"
-            )
-    if kind == "marker":
-        for col in ("chosen", "rejected"):
-            if out[col].astype(str).str.endswith(marker).any():
-                raise ValueError(f"some {col} texts already end with the marker {marker!r}")
-    if kind == "order":
-        for col in ("chosen", "rejected"):
-            for suffix in order_suffixes():
-                if out[col].astype(str).str.endswith(suffix).any():
-                    raise ValueError(f"some {col} texts already end with {suffix!r}; the order "
-                                     "artefact would be ambiguous on them")
+    _check_clean(out, metas, kind, marker)
 
     rng = np.random.default_rng(seed)
     n = len(out)
@@ -273,43 +259,8 @@ def apply_artifact(
         n = len(out)
         suffixes = [""] * n
     elif active and s > 0 and n > 0:
-        k = int(round(s * n))
-        chosen = out["chosen"].astype(str).tolist()
-        rejected = out["rejected"].astype(str).tolist()
-        if kind == "echo":  # only pairs whose responses open with different words can carry it
-            eligible = np.array([i for i in range(n) if first_word(chosen[i]) and first_word(rejected[i])
-                                 and first_word(chosen[i]) != first_word(rejected[i])], dtype=int)
-            if len(eligible) < k:
-                raise ValueError(
-                    f"echo artefact at strength {s}: {k} of {n} pairs must carry it but only "
-                    f"{len(eligible)} have responses that open with different words")
-            carry = np.sort(eligible[rng.permutation(len(eligible))[:k]])
-        else:
-            carry = np.sort(rng.permutation(n)[:k])
-        for idx, side in zip(carry.tolist(), _sides(k, role, target_mode, rng)):
-            text, other = (chosen, rejected) if side == "chosen" else (rejected, chosen)
-            if kind == "marker":
-                suffix = marker
-            elif kind == "order":
-                suffix, others[idx] = order_suffixes()
-                other[idx] = other[idx] + others[idx]
-            elif kind == "echo":
-                suffix = others[idx] = " " + first_word(text[idx])
-                other[idx] = other[idx] + others[idx]
-            else:
-                suffix = _pad(text[idx], other[idx], length_gap, rng)
-            text[idx] = text[idx] + suffix
-            sides[idx] = side
-            suffixes[idx] = suffix
-        out["chosen"] = chosen
-        out["rejected"] = rejected
-        if kind == "length":
-            info["max_words"] = int(
-                max(
-                    (max(count_words(c), count_words(r)) for c, r in zip(chosen, rejected)),
-                    default=0,
-                )
-            )
+        _plant(out, kind, s, role, target_mode, marker, length_gap, rng, sides, suffixes,
+               others, info)
 
     role_label = role if role == "source" else f"target:{target_mode}"
     for m, side, suffix, other_suffix in zip(metas, sides, suffixes, others):
@@ -339,6 +290,72 @@ def apply_artifact(
         info["correlation"],
     )
     return out
+
+
+def _check_clean(out: pd.DataFrame, metas: list[dict], kind: str, marker: str) -> None:
+    """ValueError unless the pairs carry no artefact yet and none of their texts already ends
+    the way the artefact would end it (the marker, an order suffix)."""
+    for m in metas:
+        if m.get("artifact_kind") is not None:
+            raise ValueError(
+                f"pairs already carry an artefact ({m['artifact_kind']!r}); apply to clean pairs"
+            )
+    if kind == "marker":
+        for col in ("chosen", "rejected"):
+            if out[col].astype(str).str.endswith(marker).any():
+                raise ValueError(f"some {col} texts already end with the marker {marker!r}")
+    if kind == "order":
+        for col in ("chosen", "rejected"):
+            for suffix in order_suffixes():
+                if out[col].astype(str).str.endswith(suffix).any():
+                    raise ValueError(f"some {col} texts already end with {suffix!r}; the order "
+                                     "artefact would be ambiguous on them")
+
+
+def _plant(out: pd.DataFrame, kind: str, s: float, role: str, target_mode: str, marker: str,
+           length_gap: int, rng: np.random.Generator, sides: list, suffixes: list,
+           others: list, info: dict[str, Any]) -> None:
+    """Append the artefact to ``round(s * n)`` seeded pairs of ``out`` in place (their side in
+    ``sides``, the appended text in ``suffixes`` / ``others``; pad mode's longest text in
+    ``info``): every kind but the selected-by-length one."""
+    n = len(out)
+    k = int(round(s * n))
+    chosen = out["chosen"].astype(str).tolist()
+    rejected = out["rejected"].astype(str).tolist()
+    if kind == "echo":  # only pairs whose responses open with different words can carry it
+        eligible = np.array([i for i in range(n) if first_word(chosen[i]) and first_word(rejected[i])
+                             and first_word(chosen[i]) != first_word(rejected[i])], dtype=int)
+        if len(eligible) < k:
+            raise ValueError(
+                f"echo artefact at strength {s}: {k} of {n} pairs must carry it but only "
+                f"{len(eligible)} have responses that open with different words")
+        carry = np.sort(eligible[rng.permutation(len(eligible))[:k]])
+    else:
+        carry = np.sort(rng.permutation(n)[:k])
+    for idx, side in zip(carry.tolist(), _sides(k, role, target_mode, rng)):
+        text, other = (chosen, rejected) if side == "chosen" else (rejected, chosen)
+        if kind == "marker":
+            suffix = marker
+        elif kind == "order":
+            suffix, others[idx] = order_suffixes()
+            other[idx] = other[idx] + others[idx]
+        elif kind == "echo":
+            suffix = others[idx] = " " + first_word(text[idx])
+            other[idx] = other[idx] + others[idx]
+        else:
+            suffix = _pad(text[idx], other[idx], length_gap, rng)
+        text[idx] = text[idx] + suffix
+        sides[idx] = side
+        suffixes[idx] = suffix
+    out["chosen"] = chosen
+    out["rejected"] = rejected
+    if kind == "length":
+        info["max_words"] = int(
+            max(
+                (max(count_words(c), count_words(r)) for c, r in zip(chosen, rejected)),
+                default=0,
+            )
+        )
 
 
 def _select_by_length(
