@@ -24,7 +24,6 @@ EXCEPTIONS = {
     "viz/report.py:write_report": 180,
     "viz/cues.py:cue_reliance_figure": 153,
     "viz/drift.py:drift_vs_ood_figure": 155,
-    "data/vader.py:vader_pairs": 142,
     "viz/drift.py:drift_by_layer_figure": 139,
     "pipeline/runner.py:_run_pool": 125,
 }

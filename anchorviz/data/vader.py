@@ -662,6 +662,60 @@ def _match_pairs(
     return pairs
 
 
+def _labeller_scores(uniq: pd.DataFrame, means: np.ndarray, k: int | None,
+                     label_rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """``(scores, coin)``: the labeller's score of every distinct text (the mean rating, or the
+    mean of ``k`` of its ratings drawn without replacement), drawn in a fixed order whatever the
+    number of pairs asked for, and the tie-breaking coin indexed by text A."""
+    if k is None:
+        return means, np.zeros(0)
+    scores = np.empty(len(uniq))
+    for i, r in enumerate(uniq["ratings"]):
+        arr = np.asarray(r, dtype=float)
+        take = min(k, len(arr))
+        scores[i] = label_rng.choice(arr, size=take, replace=False).mean()
+    coin = label_rng.random(len(uniq)) < 0.5  # tie-break, indexed by text A
+    return scores, coin
+
+
+def _pair_row(domain: str, a: dict, b: dict, i: int, j: int, means: np.ndarray,
+              scores: np.ndarray, coin: np.ndarray, k: int | None, margin: float,
+              labeller: str) -> dict:
+    """The pair-table row of texts ``a`` (index ``i``, earlier in the file) and ``b``."""
+    gold_a = bool(means[i] > means[j])  # never tied: the matching excludes ties
+    if k is None:
+        chosen_is_a = gold_a
+    elif scores[i] != scores[j]:
+        chosen_is_a = bool(scores[i] > scores[j])
+    else:
+        chosen_is_a = bool(coin[i])
+    c, r = (a, b) if chosen_is_a else (b, a)
+    meta = {
+        "source": SOURCE_NAME,
+        "text_id_a": a["text_id"],
+        "text_id_b": b["text_id"],
+        "mean_a": float(means[i]),
+        "mean_b": float(means[j]),
+        "n_raters_a": int(a["n_raters"]),
+        "n_raters_b": int(b["n_raters"]),
+        "score_a": float(scores[i]),
+        "score_b": float(scores[j]),
+        "chosen_is_a": chosen_is_a,
+        "gold_chosen_is_a": gold_a,
+        "label_is_gold": chosen_is_a == gold_a,
+        "chosen_text_id": c["text_id"],
+        "rejected_text_id": r["text_id"],
+        "chosen_mean": float(c["mean_rating"]),
+        "rejected_mean": float(r["mean_rating"]),
+        "margin": float(margin),
+        "labeller": labeller,
+    }
+    pair_id = f"vader-{domain}-{a['text_id']}-{b['text_id']}"
+    meta["group"] = pair_id  # one pair per group: every text is in one pair only
+    return {"pair_id": pair_id, "dataset": f"vader-{domain}", "domain": domain, "prompt": "",
+            "chosen": c["text"], "rejected": r["text"], "prompt_turns": None, "meta": meta}
+
+
 def vader_pairs(
     domain: str,
     n_pairs: int | None = None,
@@ -720,64 +774,11 @@ def vader_pairs(
     order = subset_rng.permutation(n_avail)[: n_avail if n_pairs is None else n_pairs]
     matched = [matched[o] for o in order]  # seeded random row order
 
-    # labeller scores: drawn for every distinct text in a fixed order (independent of n_pairs)
-    if k is None:
-        scores = means
-        coin = np.zeros(0)
-    else:
-        scores = np.empty(len(uniq))
-        for i, r in enumerate(uniq["ratings"]):
-            arr = np.asarray(r, dtype=float)
-            take = min(k, len(arr))
-            scores[i] = label_rng.choice(arr, size=take, replace=False).mean()
-        coin = label_rng.random(len(uniq)) < 0.5  # tie-break, indexed by text A
+    scores, coin = _labeller_scores(uniq, means, k, label_rng)
 
     recs = uniq.to_dict("records")
-    rows = []
-    for i, j in matched:
-        a, b = recs[i], recs[j]
-        gold_a = bool(means[i] > means[j])  # never tied: the matching excludes ties
-        if k is None:
-            chosen_is_a = gold_a
-        elif scores[i] != scores[j]:
-            chosen_is_a = bool(scores[i] > scores[j])
-        else:
-            chosen_is_a = bool(coin[i])
-        c, r = (a, b) if chosen_is_a else (b, a)
-        meta = {
-            "source": SOURCE_NAME,
-            "text_id_a": a["text_id"],
-            "text_id_b": b["text_id"],
-            "mean_a": float(means[i]),
-            "mean_b": float(means[j]),
-            "n_raters_a": int(a["n_raters"]),
-            "n_raters_b": int(b["n_raters"]),
-            "score_a": float(scores[i]),
-            "score_b": float(scores[j]),
-            "chosen_is_a": chosen_is_a,
-            "gold_chosen_is_a": gold_a,
-            "label_is_gold": chosen_is_a == gold_a,
-            "chosen_text_id": c["text_id"],
-            "rejected_text_id": r["text_id"],
-            "chosen_mean": float(c["mean_rating"]),
-            "rejected_mean": float(r["mean_rating"]),
-            "margin": float(margin),
-            "labeller": labeller,
-        }
-        pair_id = f"vader-{domain}-{a['text_id']}-{b['text_id']}"
-        meta["group"] = pair_id  # one pair per group: every text is in one pair only
-        rows.append(
-            {
-                "pair_id": pair_id,
-                "dataset": f"vader-{domain}",
-                "domain": domain,
-                "prompt": "",
-                "chosen": c["text"],
-                "rejected": r["text"],
-                "prompt_turns": None,
-                "meta": meta,
-            }
-        )
+    rows = [_pair_row(domain, recs[i], recs[j], i, j, means, scores, coin, k, margin, labeller)
+            for i, j in matched]
     df = pd.DataFrame.from_records(rows, columns=list(PAIR_COLUMNS))
     flips = float(np.mean([not m["label_is_gold"] for m in df["meta"]])) if len(df) else 0.0
     df.attrs.update(
