@@ -1,6 +1,6 @@
 """Benchmark: reading a finished sweep with and without re-hashing every file of every run.
 
-Builds a run store of ``--seeds`` x 10 finished runs (`tests/fake_sweep.py`'s runs: per seed a
+Builds a run store of ``--seeds`` x 10 finished runs (`tests/support/fake_sweep.py`'s runs: per seed a
 teacher, a ceiling, naive, confidence and ANCHOR at 3 lambdas x 2 layer sets), each with a
 ``checkpoint/trainable.safetensors`` of ``--ckpt-mb`` MB (random bytes: only their size matters
 here), committed through `RunStore.commit` so the manifests are the store's own. The files are
@@ -209,7 +209,7 @@ def markdown(res, args, command, facts, elapsed) -> str:
                              "MB hashed", "speed-up full / cheap (min-max)"], rows)
     quick = " QUICK (smoke-sized, not the demo's)" if args.quick else ""
     intro = (
-        f"Store{quick}: {res['n_runs']} finished runs (`tests/fake_sweep.py`'s runs, {args.seeds} "
+        f"Store{quick}: {res['n_runs']} finished runs (`tests/support/fake_sweep.py`'s runs, {args.seeds} "
         f"seed(s)), each with a {args.ckpt_mb:g} MB checkpoint: {res['store_bytes'] / 1e9:.2f} GB "
         f"in all, built in {res['build_s']:.0f} s (not timed). {args.rounds} interleaved round(s) "
         "after one warm-up, page cache warm. \"Full hash\" is the old behaviour (every file of "

@@ -1,6 +1,6 @@
 """Benchmark: response time of the sweep explorer (``anchorviz.viz.widgets.SweepExplorer``).
 
-Builds a stored sweep (``tests/fake_sweep.py``'s writer, sized like the full demo: 400 pairs per
+Builds a stored sweep (``tests/support/fake_sweep.py``'s writer, sized like the full demo: 400 pairs per
 test split, source + 3 targets, 2 map layers; or ``--sweep DIR`` for a real finished sweep),
 constructs the explorer, then applies ``--changes`` random single-control changes through
 ``explorer.update(...)`` (method, lambda, anchored layers, target, seed; every change a new value)
@@ -139,7 +139,7 @@ def main(argv: list[str] | None = None) -> None:
     with tempfile.TemporaryDirectory(prefix="bench-widgets-") as tmp:
         if args.sweep is None:
             sweep = build_fake_sweep(Path(tmp) / "sweep", n_pairs=args.pairs)
-            desc = (f"synthetic (`tests/fake_sweep.py`: 3 seeds, naive / confidence / ANCHOR at 6 "
+            desc = (f"synthetic (`tests/support/fake_sweep.py`: 3 seeds, naive / confidence / ANCHOR at 6 "
                     f"lambdas x 2 layer sets, 3 targets, {args.pairs} pairs per test split, map "
                     "layers 3 and 6)")
         else:

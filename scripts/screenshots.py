@@ -7,7 +7,7 @@
 
 The report: ``anchorviz.viz.report.write_report`` of ``--store`` (default: ``runs/demo-quick`` when
 it holds a results table, else a small fake sweep built with the test fixture
-``tests/fake_sweep.py``: three seeds, the demo's marker artefact; nothing is trained). The
+``tests/support/fake_sweep.py``: three seeds, the demo's marker artefact; nothing is trained). The
 notebooks: ``jupyter nbconvert --to html`` of notebooks/01-03 as committed (their stored
 outputs; nothing is executed -- run them first for outputs). Each page is photographed by
 headless Chromium (``--window-size=1280,H --screenshot``), after a virtual-time budget that

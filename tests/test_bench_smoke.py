@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import toy_pairs
+from builders import toy_pairs
 from tiny_project import save_tiny_model
 
 BENCH = Path(__file__).resolve().parent.parent / "bench"

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import NON_UTF8, write_jsonl, write_yaml_text
+from builders import NON_UTF8, write_jsonl, write_yaml_text
 from tiny_project import tiny_config
 
 from anchorviz.cli import EXIT_CONFIG, EXIT_DATA, EXIT_OK, EXIT_OTHER, main

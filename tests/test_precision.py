@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from conftest import tiny_backbone, toy_pairs, word_tokenizer
+from builders import tiny_backbone, toy_pairs, word_tokenizer
 from tiny_project import tiny_config
 
 from anchorviz.config import TrainConfig

@@ -79,7 +79,7 @@ def test_the_demo_reads_its_settings_file_and_keeps_its_run_ids(monkeypatch):
     1,000 the pilot store of the pre-registered check (seeds 0-4):
     a teacher and a naive student per seed, ANCHOR and the ceiling on seed 0 only. Since the
     verdict-only seeds are scored without a capture their naive students have other ids than
-    the captured ones of the pilot store (the same scores: tests/test_scores_only.py); with
+    the captured ones of the pilot store (the same scores: tests/pipeline/test_scores_only.py); with
     every seed captured (``detail_seeds`` None) the pilot's ids come back."""
     from anchorviz.config import ConfigError, RunConfig
     from anchorviz.pipeline.demo import demo_file, demo_sweep

@@ -222,7 +222,7 @@ def demo_sweep(strength: float | None = None, seeds: tuple[int, ...] | None = No
 #: How far a few seeds can be trusted in the default scenario, measured on seeds nobody tuned on
 #: (docs/RESULTS.md, issue 28): the mean and SD over seeds 40-49 of the naive student's WRG - AOG
 #: (points) at the scenario and evaluation sizes they ran (the demo's defaults: 750 source-test
-#: pairs, 500 per target). tests/test_demo_power.py recomputes them from the committed document
+#: pairs, 500 per target). tests/pipeline/test_demo.py recomputes them from the committed document
 #: that store wrote.
 FRESH_SEED_GAP = {"mean": 6.92, "sd": 2.35, "seeds": "40-49", "strength": 0.9,
                   "source_test": 750, "target_test": 500, "scenario": DEFAULT_SCENARIO}
