@@ -156,3 +156,14 @@ def test_no_part_imports_a_later_one():
     for part, (top, lazy) in mod.part_imports().items():
         later = {p for p in top | lazy if mod.ORDER.index(p) > mod.ORDER.index(part)}
         assert not later, (part, later)
+
+
+def test_no_module_imports_a_private_name_of_another():
+    """A name another module needs is public in its home (no ``from x import _name``)."""
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("anchorviz"):
+                found += [f"{path.name}: {node.module}.{a.name}" for a in node.names
+                          if a.name.startswith("_") and not a.name.startswith("__")]
+    assert not found, found

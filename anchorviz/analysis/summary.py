@@ -44,6 +44,7 @@ __all__ = [
     "summarize",
     "target_columns",
     "verdict_lines",
+    "setting_key",
 ]
 
 CONDITION = ["artifact_strength", "kind", "method", "anchor_lambda", "anchor_layers"]
@@ -56,7 +57,7 @@ SETTING_COLUMNS = ("source", "targets", "artifact_kind", "artifact_strength",
                    "teacher_visibility", "split_per_seed", "model")
 
 
-def _setting_key(col: pd.Series) -> pd.Series:
+def setting_key(col: pd.Series) -> pd.Series:
     # one comparable value per run (None / NaN / missing are one value, "-")
     return col.astype(object).where(col.notna(), "-").astype(str)
 
@@ -75,9 +76,9 @@ def setting_columns(results: pd.DataFrame, *, ignore: tuple[str, ...] = ()) -> l
     keys = [k for k in METHOD_KEYS if k in results.columns]
     out = []
     for c in cands:
-        vals = _setting_key(results[c])
+        vals = setting_key(results[c])
         if keys:
-            n = vals.groupby([_setting_key(results[k]) for k in keys]).nunique()
+            n = vals.groupby([setting_key(results[k]) for k in keys]).nunique()
             varies = bool((n > 1).any())
         else:
             varies = vals.nunique() > 1
@@ -105,7 +106,7 @@ def split_by_settings(results: pd.DataFrame, *, ignore: tuple[str, ...] = ()
     if not cols:
         yield {}, results
         return
-    keys = [_setting_key(results[c]) for c in cols]
+    keys = [setting_key(results[c]) for c in cols]
     parts = []
     for key, rows in results.groupby(keys, sort=False):
         key = key if isinstance(key, tuple) else (key,)
@@ -124,7 +125,7 @@ def split_by_settings(results: pd.DataFrame, *, ignore: tuple[str, ...] = ()
 def _refuse_pooling(results: pd.DataFrame, what: str, ignore: tuple[str, ...] = ()) -> None:
     cols = setting_columns(results, ignore=ignore)
     if cols:
-        vals = {c: sorted(_setting_key(results[c]).unique()) for c in cols}
+        vals = {c: sorted(setting_key(results[c]).unique()) for c in cols}
         raise ValueError(f"{what}: the runs differ in {', '.join(f'{c} {vals[c]}' for c in cols)}; "
                          "a mean over seeds would pool different settings as if they were seeds. "
                          "Select one setting (split_by_settings) first")

@@ -34,7 +34,7 @@ import plotly.io as pio
 from plotly.colors import sample_colorscale
 
 from anchorviz.analysis.metrics import seed_summary
-from anchorviz.analysis.summary import METHOD_KEYS, _setting_key, setting_columns
+from anchorviz.analysis.summary import METHOD_KEYS, setting_columns, setting_key
 
 #: one logger for every figure module (their warnings: missing tables, dropped runs)
 logger = logging.getLogger("anchorviz.viz")
@@ -380,7 +380,7 @@ def _setting_applies(rows: pd.DataFrame, col: str) -> tuple[pd.Series, pd.Series
     keys = [k for k in METHOD_KEYS if k in rows.columns]
     if not keys:
         return present, pd.Series(True, index=rows.index)
-    groups = [_setting_key(rows[k]) for k in keys]
+    groups = [setting_key(rows[k]) for k in keys]
     return present, present.groupby(groups).transform("any").astype(bool)
 
 

@@ -41,6 +41,7 @@ __all__ = [
     "static_png",
     "use_notebook_images",
     "wrap_title",
+    "wrap_html",
 ]
 
 _IMAGE_SUFFIXES = (".png", ".svg", ".pdf", ".jpg", ".jpeg", ".webp")
@@ -109,7 +110,7 @@ def _legend_columns(names: Sequence[str], width_px: float, font_px: float) -> in
     return max(1, min(4, len(names), int(width_px // longest)))
 
 
-def _wrap_html(text: str, width_px: float, font_px: float) -> str:
+def wrap_html(text: str, width_px: float, font_px: float) -> str:
     """Wrap a plotly label (lines split by ``<br>``, a line may be one ``<sup>...</sup>``) to
     ``width_px``; lines with other markup are kept whole."""
     out = []
@@ -178,7 +179,7 @@ def paper_style(fig: go.Figure, width: str | float = "single", *, aspect: float 
         if not ann.text or not (ann.yref or "").endswith(("paper", "domain")):
             continue
         if ann.yanchor == "bottom" or (ann.y or 0) >= 0.99:
-            ann.text = _wrap_html(str(ann.text), panel_w, font_px)
+            ann.text = wrap_html(str(ann.text), panel_w, font_px)
         if (ann.y or 0) >= 0.99:
             sub_lines = max(sub_lines, 1 + str(ann.text).count("<br"))
     # one x title under all panels when they share it, not one per panel run together
@@ -314,7 +315,7 @@ def wrap_title(fig: go.Figure, width_px: float) -> go.Figure:
         return out
     size = (fig.layout.title.font.size if fig.layout.title.font and fig.layout.title.font.size
             else 17)
-    wrapped = _wrap_html(text, max(100.0, width_px - 30), size)
+    wrapped = wrap_html(text, max(100.0, width_px - 30), size)
     added = len(re.split(r"<br\s*/?>", wrapped)) - len(re.split(r"<br\s*/?>", text))
     if added > 0:
         top = fig.layout.margin.t if fig.layout.margin.t is not None else 100
@@ -466,7 +467,7 @@ def static_layout(fig: go.Figure, width: int = NOTEBOOK_WIDTH) -> go.Figure:
     title_h = 0.0
     if title:
         size = lay.title.font.size or _TITLE_PX
-        wrapped = _wrap_html(title, width - 30, size)
+        wrapped = wrap_html(title, width - 30, size)
         lines = _n_lines(wrapped)
         title_h = lines * size * 1.3  # plotly spaces every line by the main font
         # a title of several lines anchored at its top still draws its first line about one
@@ -492,7 +493,7 @@ def static_layout(fig: go.Figure, width: int = NOTEBOOK_WIDTH) -> go.Figure:
                 if yref == "paper" else _LEGEND_PX)
         if a.xref == "paper" and a.xanchor in (None, "center", "auto") and domains:
             d = min(domains, key=lambda dd: abs((dd[0] + dd[1]) / 2 - float(a.x or 0.5)))
-            a.text = _wrap_html(text, max(60.0, (d[1] - d[0]) * plot_w - 8), size)
+            a.text = wrap_html(text, max(60.0, (d[1] - d[0]) * plot_w - 8), size)
         if float(a.y) >= 0.999 and a.yanchor == "bottom":
             above = max(above, _n_lines(a.text) * size * 1.3 + 6)
 

@@ -61,7 +61,7 @@ from anchorviz.viz.common import (
     figure_title,
     load_results,
 )
-from anchorviz.viz.export import _wrap_html
+from anchorviz.viz.export import wrap_html
 from anchorviz.viz.refusal import is_refusal_story, refusal_report_parts
 from anchorviz.viz.selection import lambda_label
 from anchorviz.viz.slots import FigureSlot, plain_text, wrap_row
@@ -302,7 +302,7 @@ def slice_figure(story: Story, store: str, split: str, cue: str, anchor_lambda: 
     sub = (f"naive − ceiling {_interval_text(con['inherited'])}, ANCHOR − naive "
            f"{_interval_text(con['anchor'])} points (follow rate where it misleads, paired over "
            "seeds, 95% t-interval)")
-    title = _wrap_html(f"Cue '{cue}' on {split_label(split)} ({store} source)<br><sup>{sub}</sup>",
+    title = wrap_html(f"Cue '{cue}' on {split_label(split)} ({store} source)<br><sup>{sub}</sup>",
                        400, 17)  # lines that fit the narrowest panel
     lines = title.count("<br") + 1
     fig.update_layout(
