@@ -41,6 +41,8 @@ from pathlib import Path
 from anchorviz.config import config_from_dict
 from anchorviz.pipeline.keys import reference_key, run_id_for, student_key, teacher_key
 from anchorviz.pipeline.prepare import data_config, prepare_data
+from anchorviz.pipeline.progress import KINDS
+from anchorviz.pipeline.progress import Progress as _Progress
 from anchorviz.pipeline.store import RunStore, config_hash
 
 logger = logging.getLogger(__name__)
@@ -61,7 +63,6 @@ __all__ = [
     "run_graph",
 ]
 
-KINDS = ("teacher", "reference", "ceiling", "student")
 BACKENDS = ("local", "ray")
 RAY_MAX_RETRIES = 3  # a task whose worker dies (killed, OOM, node lost) runs again this often
 
@@ -321,125 +322,6 @@ def _init_worker(threads: int, parent: int | None = None, started=None) -> None:
     from threadpoolctl import threadpool_limits
 
     threadpool_limits(limits=threads)  # numpy's BLAS, if it was loaded before the variables
-
-
-class _Progress:
-    """An overall bar plus one line per running node (tqdm, in the parent process).
-
-    The bar counts every node (teachers, reference captures, ceilings, students), shows how
-    many of each kind are done, and an overall ETA: the nodes not finished yet, each at the
-    mean time of the computed nodes of its kind (of any kind until one of its own finished;
-    a node read from the store costs nothing), less what the running ones have already spent,
-    shared over the worker slots."""
-
-    def __init__(self, total: int | list[Node], slots: int, enabled: bool = True) -> None:
-        from tqdm.auto import tqdm
-
-        nodes = total if isinstance(total, list) else []
-        self.enabled = enabled
-        self.slots = max(1, slots)
-        self.todo: dict[str, str] = {n.id: n.kind for n in nodes}  # not finished yet
-        self.totals = {k: sum(n.kind == k for n in nodes) for k in KINDS}
-        self.done = dict.fromkeys(KINDS, 0)
-        self.seconds: dict[str, list[float]] = {k: [] for k in KINDS}  # computed nodes
-        self.bar = tqdm(total=len(nodes) if nodes else int(total), desc="sweep", unit="node",
-                        disable=not enabled,
-                        bar_format="{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} "
-                                   "[{elapsed}{postfix}]")
-        self.lines = [tqdm(total=0, bar_format="{desc}", position=i + 1, leave=False,
-                           disable=not enabled or slots < 2) for i in range(slots)]
-        self.slot: dict[str, int] = {}
-        self.start: dict[str, float] = {}
-        self.where: dict[str, str] = {}
-        self.kind: dict[str, str] = {}
-        self._postfix()
-
-    def started(self, node: Node, where: str | None = None) -> None:
-        """``node`` began (again, when retried) on ``where`` (default: "worker <slot>")."""
-        if node.id not in self.slot:
-            used = set(self.slot.values())
-            free = [i for i in range(len(self.lines)) if i not in used]
-            self.slot[node.id] = free[0] if free else 0
-        self.start[node.id] = time.perf_counter()
-        self.where[node.id] = where or f"worker {self.slot[node.id] + 1}"
-        self.kind[node.id] = node.kind
-        self.refresh()
-
-    def finished(self, node: Node, result: dict | None = None) -> None:
-        """``node`` ended; ``result`` (its summary: ``computed``, ``seconds``) feeds the ETA."""
-        began = self.start.get(node.id)
-        i = self.slot.pop(node.id, None)
-        self.start.pop(node.id, None)
-        self.where.pop(node.id, None)
-        if i is not None and i not in self.slot.values():
-            self.lines[i].set_description_str("")
-        if result is not None and result.get("computed", True) and node.kind in self.seconds:
-            secs = result.get("seconds")
-            if secs is None and began is not None:
-                secs = time.perf_counter() - began
-            if secs is not None:
-                self.seconds[node.kind].append(float(secs))
-        if self.todo.pop(node.id, None) is not None and node.kind in self.done:
-            self.done[node.kind] += 1
-        self._postfix()
-        self.bar.update(1)
-
-    # a ceiling and a student train the same model on the same pairs: one's time stands for the other's
-    _ALIKE = {"student": "ceiling", "ceiling": "student"}
-
-    def eta(self) -> float | None:
-        """Seconds until every node is done (None until a computed node gave a time)."""
-        return self._eta()[0]
-
-    def _eta(self) -> tuple[float | None, bool]:
-        """``(seconds, lower_bound)``: ``lower_bound`` when some kind still to run has no time of
-        its own or of a like kind and is estimated from the others (teachers and reference
-        captures, usually the cheaper nodes), so the true ETA is likely longer."""
-        if not self.todo:
-            return 0.0, False
-        measured = [s for v in self.seconds.values() for s in v]
-        if not measured:
-            return None, False
-        overall = sum(measured) / len(measured)
-        now = time.perf_counter()
-        work, bound = 0.0, False
-        for nid, kind in self.todo.items():
-            own = self.seconds.get(kind) or self.seconds.get(self._ALIKE.get(kind, ""), [])
-            if not own:
-                bound = True
-            mean = sum(own) / len(own) if own else overall
-            spent = now - self.start[nid] if nid in self.start else 0.0
-            work += max(mean - spent, 0.0)
-        return work / min(self.slots, len(self.todo)), bound
-
-    def _postfix(self) -> None:
-        if not any(self.totals.values()):
-            return
-        parts = [f"{k} {self.done[k]}/{n}" for k, n in self.totals.items() if n]
-        eta, bound = self._eta()
-        if eta is not None:
-            parts.append(f"ETA {'>' if bound else ''}{_duration(eta)}")
-        self.bar.set_postfix_str(", ".join(parts), refresh=False)
-
-    def refresh(self) -> None:
-        for nid, i in self.slot.items():
-            secs = time.perf_counter() - self.start[nid]
-            self.lines[i].set_description_str(
-                f"  {self.where[nid]}: {self.kind[nid]} {nid}  {secs:5.0f} s")
-        self._postfix()
-        self.bar.refresh()
-
-    def close(self) -> None:
-        for line in self.lines:
-            line.close()
-        self.bar.close()
-
-
-def _duration(seconds: float) -> str:
-    s = int(round(seconds))
-    if s >= 3600:
-        return f"{s // 3600}h{s % 3600 // 60:02d}m"
-    return f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{s}s"
 
 
 def run_graph(nodes: list[Node], out_dir: str | Path, jobs: int | None = None, threads: int = 1,
@@ -710,15 +592,7 @@ def _run_pool(nodes, out_dir, jobs, threads, prog, results, execute) -> None:
                 errors.extend(stopped)
     except KeyboardInterrupt as err:
         note_workers()
-        for ex in pools:
-            ex.shutdown(wait=False, cancel_futures=True)
-        # Ctrl-C reached the workers already (the process group); a SIGTERM only this process
-        for proc in procs.values() if isinstance(err, _Terminated) else ():
-            if proc.exitcode is None:
-                try:
-                    os.kill(proc.pid, signal.SIGINT)
-                except ProcessLookupError:
-                    pass
+        _stop_workers(pools, procs, err)
         raise
     finally:
         for ex in pools:
@@ -727,11 +601,30 @@ def _run_pool(nodes, out_dir, jobs, threads, prog, results, execute) -> None:
         if old_term is not None:
             signal.signal(signal.SIGTERM, old_term)
     if errors:
-        skipped = len(pending)
-        if skipped:
-            logger.error("%d node(s) not started because %s %s failed", skipped, errors[0][0].kind,
-                         errors[0][0].id)
-        raise errors[0][1]
+        _raise_first(errors, len(pending))
+
+
+def _stop_workers(pools: list[ProcessPoolExecutor],
+                  procs: dict[int, multiprocessing.process.BaseProcess],
+                  err: BaseException) -> None:
+    """Cancel what is queued; on a SIGTERM (only this process got it) interrupt the workers too
+    (Ctrl-C reached them already: the process group)."""
+    for ex in pools:
+        ex.shutdown(wait=False, cancel_futures=True)
+    for proc in procs.values() if isinstance(err, _Terminated) else ():
+        if proc.exitcode is None:
+            try:
+                os.kill(proc.pid, signal.SIGINT)
+            except ProcessLookupError:
+                pass
+
+
+def _raise_first(errors: list[tuple[Node, BaseException]], skipped: int) -> None:
+    """Raise the first node's error, after logging how many nodes it kept from starting."""
+    if skipped:
+        logger.error("%d node(s) not started because %s %s failed", skipped, errors[0][0].kind,
+                     errors[0][0].id)
+    raise errors[0][1]
 
 
 # --------------------------------------------------------------------------- Ray
