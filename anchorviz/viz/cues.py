@@ -170,6 +170,62 @@ def _resolve_cues(blocks: dict[str, dict], panels: Sequence[str],
     return list(dict.fromkeys(wanted))
 
 
+def _cue_columns(rows: pd.DataFrame, blocks: dict[str, dict], panels: Sequence[str],
+                 cues: Sequence[str], on: str
+                 ) -> tuple[pd.DataFrame, dict[str, dict[str, dict[str, Any]]],
+                            dict[tuple[str, str], str], set[str]]:
+    """``(rows with a column per (panel, cue), {column: {run id: value}}, {(panel, cue):
+    column}, the slices seen)``: one column per (panel, cue) holding the value each run shows
+    (and its ``_lo``, ``_hi``, ``_n``), so metric_summary averages seeds."""
+    values: dict[str, dict[str, dict[str, Any]]] = {}
+    cols: dict[tuple[str, str], str] = {}
+    slices: set[str] = set()
+    for sp in panels:
+        for c in cues:
+            col = cols[(sp, c)] = f"{sp}|{c}"
+            values[col] = {}
+            for rid in rows["run_id"]:
+                v = cue_value(blocks[rid], sp, c, on)
+                if v is not None:
+                    values[col][rid] = v
+                    if np.isfinite(v["point"]):
+                        slices.add(v["slice"])
+    extra = {}
+    for col, per_run in values.items():
+        for key in ("point", "lo", "hi", "n"):
+            name = col if key == "point" else f"{col}_{key}"
+            extra[name] = rows["run_id"].map(
+                {r: v[key] for r, v in per_run.items()}).astype(float).to_numpy()
+    rows = pd.concat([rows.reset_index(drop=True),
+                      pd.DataFrame(extra, index=range(len(rows)))], axis=1)
+    return rows, values, cols, slices
+
+
+def _cue_notes(slices: set[str], on: str, summary: pd.DataFrame,
+               tiny_any: dict[str, list[str]], min_pairs: int, dropped: list[str]) -> list[str]:
+    """The subtitle lines of :func:`cue_reliance_figure`: what a bar is, the interval, the
+    faded bars and the cues left out."""
+    if slices == {"disagree"}:
+        what = ("bar = % of the pairs where the cue favours the REJECTED response on which the "
+                "model prefers the cue's side anyway (100 - its accuracy there; 0 = never misled)")
+    elif slices == {"all"}:
+        what = ("bar = overall follow rate: % of the pairs where the cue picks a side on which "
+                "the model prefers that side (whether or not the label does)"
+                + ("; the blocks hold no disagree slice" if on == "disagree" else ""))
+    else:
+        what = ("bar = follow rate where the cue favours the rejected response; runs whose "
+                "block lacks that slice show their overall follow rate")
+    notes = [what, interval_caption(summary) + "; dotted line: a coin flip"]
+    if tiny_any:
+        notes.append(f"faded, hatched bars: fewer than {min_pairs} pairs (too few to read): "
+                     + "; ".join(f"{c} ({', '.join(where)})" for c, where in tiny_any.items()))
+    if dropped:
+        notes.append("not shown (no pair of these splits" + (" where the cue disagrees with "
+                     "the label" if on == "disagree" else " where the cue picks a side")
+                     + "): " + ", ".join(dropped))
+    return notes
+
+
 def cue_reliance_figure(
     sweep_dir: PathLike | None = None,
     *,
@@ -221,28 +277,7 @@ def cue_reliance_figure(
     panels = _resolve_panels([s for b in blocks.values() for s in b], split)
     cues = _resolve_cues(blocks, panels, cue)
 
-    # one column per (panel, cue): the value each run shows, so metric_summary averages seeds
-    values: dict[str, dict[str, dict[str, Any]]] = {}
-    cols: dict[tuple[str, str], str] = {}
-    slices: set[str] = set()
-    for sp in panels:
-        for c in cues:
-            col = cols[(sp, c)] = f"{sp}|{c}"
-            values[col] = {}
-            for rid in rows["run_id"]:
-                v = cue_value(blocks[rid], sp, c, on)
-                if v is not None:
-                    values[col][rid] = v
-                    if np.isfinite(v["point"]):
-                        slices.add(v["slice"])
-    extra = {}
-    for col, per_run in values.items():
-        for key in ("point", "lo", "hi", "n"):
-            name = col if key == "point" else f"{col}_{key}"
-            extra[name] = rows["run_id"].map(
-                {r: v[key] for r, v in per_run.items()}).astype(float).to_numpy()
-    rows = pd.concat([rows.reset_index(drop=True),
-                      pd.DataFrame(extra, index=range(len(rows)))], axis=1)
+    rows, values, cols, slices = _cue_columns(rows, blocks, panels, cues, on)
     summary = metric_summary(rows, list(values), confidence, spread)
     # the smallest slice over a group's seeds decides whether its bar is readable
     pairs = []
@@ -296,24 +331,7 @@ def cue_reliance_figure(
     fig.update_yaxes(range=[0, 100], title_text="follows the cue (%)")
     fig.update_xaxes(title_text="cue", row=len(panels), col=1)
 
-    if slices == {"disagree"}:
-        what = ("bar = % of the pairs where the cue favours the REJECTED response on which the "
-                "model prefers the cue's side anyway (100 - its accuracy there; 0 = never misled)")
-    elif slices == {"all"}:
-        what = ("bar = overall follow rate: % of the pairs where the cue picks a side on which "
-                "the model prefers that side (whether or not the label does)"
-                + ("; the blocks hold no disagree slice" if on == "disagree" else ""))
-    else:
-        what = ("bar = follow rate where the cue favours the rejected response; runs whose "
-                "block lacks that slice show their overall follow rate")
-    notes = [what, interval_caption(summary) + "; dotted line: a coin flip"]
-    if tiny_any:
-        notes.append(f"faded, hatched bars: fewer than {min_pairs} pairs (too few to read): "
-                     + "; ".join(f"{c} ({', '.join(where)})" for c, where in tiny_any.items()))
-    if dropped:
-        notes.append("not shown (no pair of these splits" + (" where the cue disagrees with "
-                     "the label" if on == "disagree" else " where the cue picks a side")
-                     + "): " + ", ".join(dropped))
+    notes = _cue_notes(slices, on, summary, tiny_any, min_pairs, dropped)
     main = ("Which cues each model follows where the cue disagrees with the label"
             if slices == {"disagree"} else "Which cues each model follows")
     fig.update_layout(

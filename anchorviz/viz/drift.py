@@ -126,6 +126,66 @@ def _drift_tables_for(run_ids: Sequence[str], sweep_dir: PathLike | None,
     return out
 
 
+def _run_series(res: pd.DataFrame, runs: list[str], sweep_dir: PathLike | None,
+                drift_tables: Mapping[str, pd.DataFrame] | None
+                ) -> tuple[list[tuple[str, str, list[str]]], dict[str, pd.DataFrame]]:
+    """``([(label, colour, [run id])], drift tables)`` of :func:`drift_by_layer_figure`'s
+    ``runs=[...]``: one line per run."""
+    series: list[tuple[str, str, list[str]]] = []  # (label, colour, run ids)
+    unknown = [r for r in runs if r not in set(res["run_id"])]
+    if unknown:
+        have = res.loc[res["kind"] != "teacher", "run_id"].tolist()
+        raise ValueError(f"run(s) {unknown} not in the results table; runs with drift: {have}")
+    groups = group_table(res)
+    for rid in runs:
+        row = res[res["run_id"] == rid].iloc[0]
+        color = groups.loc[group_mask(groups, row["method"], row["anchor_lambda"],
+                                       row["anchor_layers"]), "color"].iloc[0]
+        label = method_label(row["method"], row["anchor_lambda"], row["anchor_layers"])
+        series.append((f"{label}, seed {row['seed']}", color, [rid]))
+    tables = _drift_tables_for(runs, sweep_dir, drift_tables, strict=True)
+    return series, tables
+
+
+def _group_series(res: pd.DataFrame, sweep_dir: PathLike | None,
+                  drift_tables: Mapping[str, pd.DataFrame] | None, seed: int | None,
+                  methods: Sequence[str] | None, artifact_strength: float | None,
+                  source: str | None
+                  ) -> tuple[list[tuple[str, str, list[str]]], dict[str, pd.DataFrame], str]:
+    """``([(label, colour, run ids)], drift tables, caption)`` of :func:`drift_by_layer_figure`
+    with ``runs=None``: one line per method group, its seeds averaged (or only ``seed``)."""
+    series: list[tuple[str, str, list[str]]] = []  # (label, colour, run ids)
+    rows, caption = select_condition(res, artifact_strength, source)
+    rows = rows[rows["kind"] != "teacher"]
+    if seed is not None:
+        seeds = unique_values(rows["seed"])
+        if seed not in seeds:
+            raise ValueError(f"seed {seed!r} is not in the sweep; choose one of {seeds}")
+        rows = rows[rows["seed"] == seed]
+    if methods is not None:
+        have = unique_values(rows["method"])
+        bad = [m for m in methods if m not in have]
+        if bad:
+            raise ValueError(f"method(s) {bad} not in the sweep; choose from {have}")
+        rows = rows[rows["method"].isin(list(methods))]
+    kept = rows[captured_mask(rows)]  # scores-only runs (verdict-only seeds): no drift
+    if kept.empty and not rows.empty:
+        raise ValueError("every selected run was scored only (capture.enabled false, e.g. "
+                         "a verdict-only seed outside grid.detail_seeds): no drift to draw; "
+                         "choose a detail seed")
+    rows = kept
+    if rows.empty:
+        raise ValueError("no student or ceiling runs to draw drift for")
+    tables = _drift_tables_for(rows["run_id"].tolist(), sweep_dir, drift_tables, strict=False)
+    for g in group_table(rows).itertuples(index=False):
+        ids = [r for r in rows.loc[group_mask(rows, g.method, g.anchor_lambda,
+                                               g.anchor_layers), "run_id"] if r in tables]
+        if ids:
+            n = len(ids)
+            series.append((g.label + (f" (mean of {n} seeds)" if n > 1 else ""), g.color, ids))
+    return series, tables, caption
+
+
 def drift_by_layer_figure(
     sweep_dir: PathLike | None = None,
     metric: str = "cka",
@@ -155,51 +215,13 @@ def drift_by_layer_figure(
     """
     col, ylabel = _drift_metric(metric)
     res = results_arg(sweep_dir, results)
-    series: list[tuple[str, str, list[str]]] = []  # (label, colour, run ids)
-    caption = ""
     if runs is not None:
         runs = list(runs)
-        unknown = [r for r in runs if r not in set(res["run_id"])]
-        if unknown:
-            have = res.loc[res["kind"] != "teacher", "run_id"].tolist()
-            raise ValueError(f"run(s) {unknown} not in the results table; runs with drift: {have}")
-        groups = group_table(res)
-        for rid in runs:
-            row = res[res["run_id"] == rid].iloc[0]
-            color = groups.loc[group_mask(groups, row["method"], row["anchor_lambda"],
-                                           row["anchor_layers"]), "color"].iloc[0]
-            label = method_label(row["method"], row["anchor_lambda"], row["anchor_layers"])
-            series.append((f"{label}, seed {row['seed']}", color, [rid]))
-        tables = _drift_tables_for(runs, sweep_dir, drift_tables, strict=True)
+        series, tables = _run_series(res, runs, sweep_dir, drift_tables)
+        caption = ""
     else:
-        rows, caption = select_condition(res, artifact_strength, source)
-        rows = rows[rows["kind"] != "teacher"]
-        if seed is not None:
-            seeds = unique_values(rows["seed"])
-            if seed not in seeds:
-                raise ValueError(f"seed {seed!r} is not in the sweep; choose one of {seeds}")
-            rows = rows[rows["seed"] == seed]
-        if methods is not None:
-            have = unique_values(rows["method"])
-            bad = [m for m in methods if m not in have]
-            if bad:
-                raise ValueError(f"method(s) {bad} not in the sweep; choose from {have}")
-            rows = rows[rows["method"].isin(list(methods))]
-        kept = rows[captured_mask(rows)]  # scores-only runs (verdict-only seeds): no drift
-        if kept.empty and not rows.empty:
-            raise ValueError("every selected run was scored only (capture.enabled false, e.g. "
-                             "a verdict-only seed outside grid.detail_seeds): no drift to draw; "
-                             "choose a detail seed")
-        rows = kept
-        if rows.empty:
-            raise ValueError("no student or ceiling runs to draw drift for")
-        tables = _drift_tables_for(rows["run_id"].tolist(), sweep_dir, drift_tables, strict=False)
-        for g in group_table(rows).itertuples(index=False):
-            ids = [r for r in rows.loc[group_mask(rows, g.method, g.anchor_lambda,
-                                                   g.anchor_layers), "run_id"] if r in tables]
-            if ids:
-                n = len(ids)
-                series.append((g.label + (f" (mean of {n} seeds)" if n > 1 else ""), g.color, ids))
+        series, tables, caption = _group_series(res, sweep_dir, drift_tables, seed, methods,
+                                                artifact_strength, source)
     if not tables:
         raise ValueError("none of the selected runs has a drift table")
     all_splits = sorted({s for t in tables.values() for s in t["split"].unique()},
@@ -352,6 +374,77 @@ def _relation_stat(panel: pd.DataFrame, min_n: int, n_boot: int, seed: int,
                  f"{hi:+.2f}), n = {rel['n']} runs")
 
 
+def _drift_gain_panels(rows: pd.DataFrame, by_target: bool, targets: list[str], drift_col: str,
+                       gain_col: str, table_col: str | None, gain_prefix: str | None,
+                       sweep_dir: PathLike | None,
+                       drift_tables: Mapping[str, pd.DataFrame] | None
+                       ) -> tuple[dict[str, pd.DataFrame], str, str]:
+    """``(panels, x label, y label)`` of :func:`drift_vs_ood_figure`: panel name -> frame with
+    x (drift), y (gain, stored units), run_id, seed and the group keys, its points finite."""
+    keep = ["run_id", "seed", *GROUP_KEYS]
+    panels: dict[str, pd.DataFrame] = {}
+    if by_target:
+        tables = _drift_tables_for(rows.loc[captured_mask(rows), "run_id"].tolist(), sweep_dir,
+                                   drift_tables, strict=False)
+        for t in targets:
+            split = f"target_test:{t}"
+            x = {}
+            for rid, tab in tables.items():
+                if table_col not in tab.columns:
+                    continue
+                top = tab[(tab["split"] == split) & (tab["layer"] == tab["layer"].max())]
+                if len(top):
+                    x[rid] = float(top[table_col].mean())
+            part = rows[keep].assign(x=rows["run_id"].map(x).astype(float),
+                                     y=rows[f"{gain_prefix}_{t}"].astype(float))
+            panels[t] = part
+        x_label = f"{_table_col_label(table_col)} on the target (last layer)"
+        y_label = ("AOG on the target (points)" if gain_prefix == "aog"
+                   else "pairwise accuracy on the target (%)")
+    else:
+        panels["pooled"] = rows[keep].assign(x=rows[drift_col].astype(float),
+                                             y=rows[gain_col].astype(float))
+        x_label, y_label = _axis_label(drift_col), _axis_label(gain_col)
+    left_out = 0
+    for name, part in panels.items():
+        finite = np.isfinite(part["x"]) & np.isfinite(part["y"])
+        left_out += int((~finite).sum())
+        panels[name] = part[finite]
+    if left_out:
+        logger.info("%d run x panel point(s) without drift / gain left out", left_out)
+    return panels, x_label, y_label
+
+
+def _draw_drift_gain_panel(fig: go.Figure, i: int, name: str, part: pd.DataFrame,
+                           groups: pd.DataFrame, symbol: dict, scale: float, gain_col: str,
+                           rel: dict | None, by_target: bool) -> None:
+    """Panel ``i`` (``name``) of :func:`drift_vs_ood_figure`: one marker per run, a group a
+    trace, the least-squares line when ``rel`` (the panel's relation) is given, and 0."""
+    where = {"row": 1, "col": i + 1} if by_target else {}
+    for g in groups.itertuples(index=False):
+        gp = part[group_mask(part, g.method, g.anchor_lambda, g.anchor_layers)]
+        if gp.empty:
+            continue
+        fig.add_trace(go.Scatter(
+            x=gp["x"].to_numpy(float), y=gp["y"].to_numpy(float) * scale, mode="markers",
+            name=g.label, legendgroup=g.label, showlegend=i == 0,
+            marker={"color": g.color, "size": 10, "symbol": [symbol[s] for s in gp["seed"]],
+                    "line": {"width": 1, "color": "white"}},
+            customdata=np.column_stack([gp["run_id"], gp["seed"].astype(str)]),
+            hovertemplate=(g.label + "<br>seed %{customdata[1]}<br>run %{customdata[0]}<br>"
+                           + f"drift %{{x:.4f}}<br>{gain_col} %{{y:.2f}}<extra></extra>"),
+            meta={"group": g.label, "panel": name}), **where)
+    if rel is not None:
+        xs = np.linspace(part["x"].min(), part["x"].max(), 2)
+        fig.add_trace(go.Scatter(
+            x=xs, y=(rel["intercept"] + rel["slope"] * xs) * scale, mode="lines",
+            name="least-squares fit", legendgroup="fit", showlegend=False,
+            line={"color": "black", "dash": "dash", "width": 1}, hoverinfo="skip",
+            meta={"fit": True, "panel": name}), **where)
+    if gain_col in ("aog", "wrg", "nts") or gain_col.startswith("aog_"):
+        fig.add_hline(y=0, line={"color": "grey", "width": 1}, **where)
+
+
 def drift_vs_ood_figure(
     sweep_dir: PathLike | None = None,
     drift_col: str = "drift_cos_target",
@@ -405,38 +498,8 @@ def drift_vs_ood_figure(
                          f"runs' drift tables (sweep_dir or drift_tables=)")
     by_target = can_split if by_target is None else bool(by_target)
 
-    # panels: name -> frame with x (drift), y (gain, stored units), run_id, seed, group keys
-    keep = ["run_id", "seed", *GROUP_KEYS]
-    panels: dict[str, pd.DataFrame] = {}
-    if by_target:
-        tables = _drift_tables_for(rows.loc[captured_mask(rows), "run_id"].tolist(), sweep_dir,
-                                   drift_tables, strict=False)
-        for t in targets:
-            split = f"target_test:{t}"
-            x = {}
-            for rid, tab in tables.items():
-                if table_col not in tab.columns:
-                    continue
-                top = tab[(tab["split"] == split) & (tab["layer"] == tab["layer"].max())]
-                if len(top):
-                    x[rid] = float(top[table_col].mean())
-            part = rows[keep].assign(x=rows["run_id"].map(x).astype(float),
-                                     y=rows[f"{gain_prefix}_{t}"].astype(float))
-            panels[t] = part
-        x_label = f"{_table_col_label(table_col)} on the target (last layer)"
-        y_label = ("AOG on the target (points)" if gain_prefix == "aog"
-                   else "pairwise accuracy on the target (%)")
-    else:
-        panels["pooled"] = rows[keep].assign(x=rows[drift_col].astype(float),
-                                             y=rows[gain_col].astype(float))
-        x_label, y_label = _axis_label(drift_col), _axis_label(gain_col)
-    left_out = 0
-    for name, part in panels.items():
-        finite = np.isfinite(part["x"]) & np.isfinite(part["y"])
-        left_out += int((~finite).sum())
-        panels[name] = part[finite]
-    if left_out:
-        logger.info("%d run x panel point(s) without drift / gain left out", left_out)
+    panels, x_label, y_label = _drift_gain_panels(rows, by_target, targets, drift_col, gain_col,
+                                                  table_col, gain_prefix, sweep_dir, drift_tables)
 
     scale = 100.0 if _is_fraction_col(gain_col) else 1.0
     # the seeds that have a point in some panel: a seed whose runs drew nothing (scores-only
@@ -455,31 +518,8 @@ def drift_vs_ood_figure(
     groups = group_table(rows) if len(rows) else pd.DataFrame(columns=[*GROUP_KEYS, "label",
                                                                         "color"])
     for i, name in enumerate(names):
-        part = panels[name]
-        where = {"row": 1, "col": i + 1} if by_target else {}
-        for g in groups.itertuples(index=False):
-            gp = part[group_mask(part, g.method, g.anchor_lambda, g.anchor_layers)]
-            if gp.empty:
-                continue
-            fig.add_trace(go.Scatter(
-                x=gp["x"].to_numpy(float), y=gp["y"].to_numpy(float) * scale, mode="markers",
-                name=g.label, legendgroup=g.label, showlegend=i == 0,
-                marker={"color": g.color, "size": 10, "symbol": [symbol[s] for s in gp["seed"]],
-                        "line": {"width": 1, "color": "white"}},
-                customdata=np.column_stack([gp["run_id"], gp["seed"].astype(str)]),
-                hovertemplate=(g.label + "<br>seed %{customdata[1]}<br>run %{customdata[0]}<br>"
-                               + f"drift %{{x:.4f}}<br>{gain_col} %{{y:.2f}}<extra></extra>"),
-                meta={"group": g.label, "panel": name}), **where)
-        rel = stats[name][0]
-        if rel is not None:
-            xs = np.linspace(part["x"].min(), part["x"].max(), 2)
-            fig.add_trace(go.Scatter(
-                x=xs, y=(rel["intercept"] + rel["slope"] * xs) * scale, mode="lines",
-                name="least-squares fit", legendgroup="fit", showlegend=False,
-                line={"color": "black", "dash": "dash", "width": 1}, hoverinfo="skip",
-                meta={"fit": True, "panel": name}), **where)
-        if gain_col in ("aog", "wrg", "nts") or gain_col.startswith("aog_"):
-            fig.add_hline(y=0, line={"color": "grey", "width": 1}, **where)
+        _draw_drift_gain_panel(fig, i, name, panels[name], groups, symbol, scale, gain_col,
+                               stats[name][0], by_target)
     if len(seeds) > 1:
         for s in seeds:  # legend entries for the seed symbols
             fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=f"seed {s}",
