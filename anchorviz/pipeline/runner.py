@@ -686,6 +686,33 @@ class _Board:
         return dict(self.running)
 
 
+BOARD_START_SECONDS = 120  # how long the board may take to start on the driver's node
+
+
+def _start_board(ray):
+    """The board, on the driver's node, so that losing a worker node never loses it. The
+    affinity is hard: a soft one was seen to fall back to a worker node on a loaded machine
+    (the second sweep of tests/pipeline/test_ray_cluster.py), and removing that node then
+    stopped the sweep. If the driver's node cannot start it in time, it goes where Ray puts
+    it, with a warning."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    here = ray.get_runtime_context().get_node_id()
+    actor = ray.remote(num_cpus=0)(_Board)
+    board = actor.options(
+        scheduling_strategy=NodeAffinitySchedulingStrategy(here, soft=False)).remote()
+    try:
+        ray.get(board.snapshot.remote(), timeout=BOARD_START_SECONDS)
+        return board
+    except ray.exceptions.GetTimeoutError:
+        ray.kill(board)
+        logger.warning("the sweep's bookkeeping actor did not start on the driver's node within "
+                       "%d s; it runs where Ray puts it, and losing that node stops the sweep",
+                       BOARD_START_SECONDS)
+        return actor.options(
+            scheduling_strategy=NodeAffinitySchedulingStrategy(here, soft=True)).remote()
+
+
 def _ray_node(execute, node_id: str, kind: str, config: dict, out_dir: str, threads: int,
               cwd: str, board, *upstream: dict) -> dict:
     """The body of one Ray task. ``upstream``: the results of the node's dependencies (passed as
@@ -743,12 +770,7 @@ def _run_ray(nodes, out_dir, jobs, threads, progress, results, execute, address)
     # max_calls=1: the worker process exits after the node (see `fresh_process`); Ray takes it
     # only where the function is declared. The other keeps Ray's default (1 for a GPU task)
     fresh_task = ray.remote(max_calls=1)(_ray_node)
-    # the board lives on the driver's node: losing a worker node never loses it
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-    board = ray.remote(num_cpus=0)(_Board).options(
-        scheduling_strategy=NodeAffinitySchedulingStrategy(
-            ray.get_runtime_context().get_node_id(), soft=True)).remote()
+    board = _start_board(ray)
     cpus = int(ray.cluster_resources().get("CPU", 0))
     slots = max(1, min(len(nodes), cpus // threads if cpus >= threads else jobs))
     if any(node_resources(n, threads)["num_gpus"] for n in nodes) and \

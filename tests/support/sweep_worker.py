@@ -150,6 +150,7 @@ def install_hooks(log: EventLog, kill: str | None, reverse: bool) -> None:
         return out
 
     capture_mod.save_captured = save_captured
+    steps_mod.save_captured = save_captured  # steps imports the name at its top
 
     real_to_parquet = pd.DataFrame.to_parquet
 
