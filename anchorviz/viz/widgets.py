@@ -51,7 +51,10 @@ __all__ = ["RunLauncher", "SweepExplorer"]
 #: the controls column beside the panels, and the basis each panel of the grid grows from (two
 #: side by side beside the controls at 1280 px; under each other when narrower)
 _CONTROLS_WIDTH = "330px"
-_PANEL_BASIS = "400px"
+# plotly draws a panel 700 px wide before it can measure its box, so a narrower grid cut it
+# off (tests/test_browser.py: 1280 px with the file browser open); below 330 + 700 px of
+# output area the grid goes under the controls
+_PANEL_BASIS = "700px"
 
 
 # --------------------------------------------------------------------------- explorer

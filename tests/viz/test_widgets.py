@@ -318,9 +318,10 @@ def test_controls_sit_beside_a_compact_panel_grid(explorer):
                                       explorer.view_layer_w, explorer.color_by_w}
     assert isinstance(grid, widgets.HBox) and grid.layout.flex_flow == "row wrap"
     assert list(grid.children) == [explorer._slots[k].box for k in ("drift", "accuracy", "umap")]
-    # the controls' basis and two panel bases fit the output area of a 1280 px window (about
-    # 1150 px) with the gaps: drift and accuracy beside the controls
-    assert _px(controls.layout.flex) + 2 * _px(grid.children[0].layout.flex) <= 1150
+    # plotly draws a panel 700 px wide before it can measure its box, so each panel's basis
+    # is at least that: where the output area is narrower than controls + panel, the grid
+    # goes under the controls instead of cutting its panels off (tests/test_browser.py)
+    assert _px(controls.layout.flex) == 330 and _px(grid.children[0].layout.flex) >= 700
     # the first row of panels under the status line fits 800 px with the browser's chrome
     assert max(explorer.figures[k].layout.height for k in ("drift", "accuracy")) <= 520
 
