@@ -308,27 +308,15 @@ class RefusalExplorer:
         except (StoryError, ValueError) as exc:
             self.status.value = f"<b>Nothing stored for this selection</b> ({_escape(str(exc))})"
 
-    @staticmethod
-    def _replace(slot: FigureSlot, new: go.Figure) -> None:
-        fig = slot.figure
-        with fig.batch_update():
-            fig.data = ()
-            fig.add_traces(list(new.data))
-            fig.layout = new.layout
-        slot.refresh()
-
     def _redraw(self) -> None:
         sel = self.selection
         store = sel["store"]
         runs = refusal_runs(self.story, store, layer=int(sel["layer"]))
         chosen = (float(sel["lambda_"]), str(sel["anchor_layers"]))
         have = chosen in anchor_settings(runs)
-        self._replace(self._slots["refusal"],
-                      refusal_figure(self.story, store, selected=chosen if have else None,
-                                     runs=runs))
-        self._replace(self._slots["drift"],
-                      drift_link_figure(self.story, store, selected=chosen if have else None,
-                                        runs=runs))
+        pick = chosen if have else None
+        self._slots["refusal"].replace(refusal_figure(self.story, store, selected=pick, runs=runs))
+        self._slots["drift"].replace(drift_link_figure(self.story, store, selected=pick, runs=runs))
         s = self.verdicts.sentences.get(store, {})
         name = setting_label("anchor", *chosen)
         g = runs[runs["setting"] == name]

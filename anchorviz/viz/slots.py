@@ -78,6 +78,14 @@ class FigureSlot:
         self.box = widgets.VBox([self.widget], layout=widgets.Layout(
             align_items="stretch", min_width="0", **layout))
 
+    def replace(self, new: go.Figure) -> None:
+        """Show ``new`` in this slot: its traces and layout replace the figure's, in place."""
+        with self.figure.batch_update():
+            self.figure.data = ()
+            self.figure.add_traces(list(new.data))
+            self.figure.layout = new.layout
+        self.refresh()
+
     def refresh(self) -> None:
         if self.live or not in_kernel():
             return

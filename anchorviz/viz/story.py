@@ -473,25 +473,14 @@ class StoryExplorer:
             self.status.value = (f"<b>Nothing stored for this selection</b> "
                                  f"({_escape(str(exc))}); the panels show the previous one.")
 
-    @staticmethod
-    def _replace(slot: FigureSlot, new: go.Figure) -> None:
-        fig = slot.figure
-        with fig.batch_update():
-            fig.data = ()
-            fig.add_traces(list(new.data))
-            fig.layout = new.layout
-        slot.refresh()
-
     def _redraw(self) -> None:
         sel = self.selection
         st, lam = sel["store"], float(sel["lambda_"])
         summary = slice_summary(self.story, st, sel["split"], sel["cue"], lam)
         con = slice_contrast(self.story, st, sel["split"], sel["cue"], lam)
-        self._replace(self._slots["slices"],
-                      slice_figure(self.story, st, sel["split"], sel["cue"], lam,
-                                   summary=summary, contrast=con))
-        self._replace(self._slots["drift"], target_drift_figure(self.story, st, int(sel["layer"]),
-                                                                lam))
+        self._slots["slices"].replace(slice_figure(self.story, st, sel["split"], sel["cue"], lam,
+                                                   summary=summary, contrast=con))
+        self._slots["drift"].replace(target_drift_figure(self.story, st, int(sel["layer"]), lam))
         summ = summary.set_index("method")
         follows = ", ".join(f"{_method_name(m, lam)} {100 * summ.loc[m, 'follow']:.1f}%"
                             for m in METHODS if math.isfinite(summ.loc[m, "follow"]))
