@@ -53,9 +53,7 @@ def sweep_from_dict(d: dict, where: str = "sweep") -> SweepConfig:
         raise ConfigError(f"{where}: an overlay of {d.get('of', 'another file')}, not a sweep file "
                           "on its own; `anchorviz demo` (--quick, --scenario) lays it over that "
                           "file")
-    # demo.yaml's `float32_demo`: what `anchorviz demo` lays over base and grid where it
-    # computes in float32 (anchorviz.pipeline.demo); a sweep of the file takes base and grid
-    unknown = sorted(set(d) - {"base", "grid", "float32_demo"})
+    unknown = sorted(set(d) - {"base", "grid"})
     if unknown:
         raise ConfigError(f"{where}: unknown key(s) {unknown}; allowed: ['base', 'grid']")
     base = config_from_dict(d.get("base") or {}, f"{where}.base")

@@ -194,8 +194,6 @@ def demo_sweep(strength: float | None = None, seeds: tuple[int, ...] | None = No
         data["artifact_strength"] = float(strength)
     data["artifact_teacher_visibility"] = (SCENARIOS[scenario] if visibility is None
                                            else float(visibility))
-    light = settings.pop("float32_demo", None)
-    from_precision = False
     if bf16 is None:
         # the demo's arithmetic, decided here once: forced, or the file's `auto` resolved
         # (`anchorviz.precision`); float32 takes the library's attention kernel, as `bf16=False`
@@ -205,7 +203,6 @@ def demo_sweep(strength: float | None = None, seeds: tuple[int, ...] | None = No
         value = ({"auto": "auto", "fp32": False, "bf16": True}[precision]
                  if precision is not None else st.get("bf16", "auto"))
         if precision is not None or value == "auto":
-            from_precision = True
             try:
                 bf16 = resolve_bf16(value, str(st.get("device", "cpu")))
             except ValueError as err:
@@ -215,11 +212,6 @@ def demo_sweep(strength: float | None = None, seeds: tuple[int, ...] | None = No
             settings["base"].setdefault(part, {})["bf16"] = bool(bf16)
         if not bf16:
             settings["base"].setdefault("models", {})["attention"] = "auto"
-        if not bf16 and from_precision and light and not quick and scenario not in OVERLAYS:
-            # the demo's float32 schedule (demo.yaml's `float32_demo`, issue 40): only where
-            # the demo's own arithmetic setting chose float32, never for ``bf16=False``
-            # (the experiment scripts: the float32 tables' settings and ids)
-            settings = _merged(settings, light)
     if seeds is not None:
         settings["grid"]["seeds"] = [int(s) for s in seeds]
         if "detail_seeds" in settings["grid"]:

@@ -46,9 +46,8 @@ def test_the_gap_the_demo_states_is_that_of_the_fresh_seeds():
     text = (DOCS / FRESH).read_text()
     assert re.search(rf"mean \+{FRESH_SEED_GAP['mean']:.2f}, SD over seeds "
                      rf"{FRESH_SEED_GAP['sd']:.2f}", text)
-    # the scenario it measured is the demo's default, in bfloat16 (the float32 demo's own
-    # schedule has its own fresh seeds)
-    d = demo_sweep(precision="bf16").base.data
+    # the scenario it measured is the demo's default
+    d = demo_sweep().base.data
     assert d.artifact_strength == FRESH_SEED_GAP["strength"]
     store_doc = (DOCS / "demo" / "fresh_seeds40-49_eval750x500.md").read_text()  # the command of the store
     assert "--strengths 0.9 " in store_doc and "artifact_teacher_visibility=0.5" in store_doc
