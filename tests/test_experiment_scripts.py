@@ -197,3 +197,29 @@ def test_real_cues_verdicts_by_hand():
     assert uf["inherit_holm"] == pytest.approx(uf["inherit_p"])  # one target row entered
     assert real_cues.holm([0.01, 0.04, np.nan, 0.03]) == pytest.approx([0.03, 0.06, np.nan, 0.06],
                                                                        nan_ok=True)
+
+
+def test_xstest_ceilings_table_by_hand():
+    """experiments/xstest_ceilings.py: the learning rate is chosen on source validation only
+    (a tie goes to the smaller), each lever is read as its paired difference from the plan on
+    the same seeds, and the 60% bar is read on the mean source test."""
+    import pandas as pd
+    import xstest_ceilings as xc
+
+    rows = []
+    val = {"plan": (60, 62), "lr 2e-5": (58, 58), "lr 1e-4": (61, 61), "pairs 1000": (65, 65),
+           "epochs 4": (60, 60), "256 tokens": (60, 60)}
+    test = {"plan": (59, 60), "lr 2e-5": (70, 70), "lr 1e-4": (57, 58), "pairs 1000": (62, 64),
+            "epochs 4": (59, 59), "256 tokens": (61, 60)}
+    for variant in xc.VARIANTS:
+        for i, seed in enumerate((85, 86)):
+            rows.append({"source": "hh", "variant": variant, "seed": seed, "cpu_s": 120.0,
+                         "pairs": 500, "val": val[variant][i], "source_test": test[variant][i]})
+    text = xc.markdown(pd.DataFrame(rows), "cmd")
+    # 5e-5 and 1e-4 tie on source val (61.0); the tie goes to the smaller; 2e-5's test (70) is
+    # the best but its val is the lowest, so it is not chosen
+    assert "Learning rate chosen on source validation: **5e-05** (mean source val 61.0" in text
+    plan = next(line for line in text.splitlines() if line.startswith("| plan |"))
+    assert "| 59.5 ± 6.4 |" in plan and plan.endswith("| no |")  # 59.5 < 60
+    pairs = next(line for line in text.splitlines() if line.startswith("| pairs 1000 |"))
+    assert "| 63.0 ± 12.7 | 3.5 ± 6.4 | 2.0 | yes |" in pairs  # (3 + 4) / 2 above plan
