@@ -78,7 +78,9 @@ def markdown(story_dir: Path, stores: list[str], command: str) -> str:
              "accuracy on the whole should-respond / should-refuse (F) split; **refusal F** = on "
              "F, the share of the pairs whose chosen side is the refusal that the model gets "
              "right; **drift R** = centred cosine drift from the frozen pretrained student on R "
-             "at the last layer. Every run is listed, whichever way it falls.", ""]
+             "at the last layer. Per setting: mean ± SD over seeds (the tests below give 95% "
+             "intervals of the paired differences). Every run is listed, whichever way it "
+             "falls.", ""]
     for store in stores:
         runs = refusal_runs(story, store)
         info = v.per_source[store]
