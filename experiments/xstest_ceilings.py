@@ -30,7 +30,6 @@ the sources' ceilings".
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import resource
 import sys
@@ -75,21 +74,18 @@ def ceiling_fit(store: RunStore, source: str, variant: str, seed: int) -> dict:
     data = prepare_data(data_config(cfg))
     train = data["w2s_train"]
     scored = {k: data[k] for k in ("val", "source_test")}
-    cost = store.root / "cpu_seconds.jsonl"
+    cost = store.root / "cpu_seconds.csv"  # key, cpu_s: each fit's first (computing) run
     key = f"{source}|{variant}|{seed}"
-    known = {}
-    if cost.exists():
-        known = {r["key"]: r for r in map(json.loads, cost.read_text().splitlines()) if r}
+    known = pd.read_csv(cost) if cost.exists() else pd.DataFrame({"key": [], "cpu_s": []})
     c0 = _cpu_s()
     fit = fit_and_score(store, cfg, "student", train, np.ones(len(train)), scored,
                         desc=f"ceiling {source} {variant} seed {seed}")
-    spent = _cpu_s() - c0
-    if key not in known:
-        with cost.open("a") as fh:
-            fh.write(json.dumps({"key": key, "cpu_s": spent}) + "\n")
-        known[key] = {"cpu_s": spent}
-    row = {"source": source, "variant": variant, "seed": seed,
-           "cpu_s": float(known[key]["cpu_s"]), "pairs": len(train)}
+    if key not in set(known["key"]):
+        # a fit read back from the store costs nothing: its first run's CPU-s are kept here
+        known = pd.concat([known, pd.DataFrame({"key": [key], "cpu_s": [_cpu_s() - c0]})])
+        known.to_csv(cost, index=False)
+    row = {"source": source, "variant": variant, "seed": seed, "pairs": len(train),
+           "cpu_s": float(known.set_index("key").loc[key, "cpu_s"])}
     for split in scored:
         row[split] = 100 * float(per_pair_correct(*fit.rewards(split)).mean())
     return row
