@@ -191,6 +191,13 @@ def cmd_report(args) -> int:
         print(f"error: folder {path} does not exist (give the --out folder of `anchorviz demo`, "
               "`run` or `sweep`, e.g. runs/demo)", file=sys.stderr)
         return EXIT_CONFIG
+    if args.output:  # `--output reports/x.html`: the folder is made, as a user expects
+        try:
+            Path(args.output).parent.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            print(f"error: --output {args.output}: cannot make its folder "
+                  f"{Path(args.output).parent} ({err.strerror or err})", file=sys.stderr)
+            return EXIT_CONFIG
     if (path / "story.json").is_file():  # a story folder (notebooks/data/*_story)
         from anchorviz.analysis.story import StoryError
         from anchorviz.viz.story import write_story_report

@@ -257,6 +257,21 @@ def test_report_of_a_missing_folder_says_so_and_help_describes_dir(tmp_path, cap
     assert "DIR" in text and "runs/" in text
 
 
+def test_report_output_into_a_new_folder_makes_the_folder(tmp_path, capsys):
+    """`anchorviz report <story> --output reports/x.html` with no reports/ yet: the folder is made
+    (it was an error naming a hidden temporary file); a folder that cannot be made is named."""
+    from pathlib import Path
+
+    story = Path(__file__).resolve().parent.parent / "notebooks" / "data" / "xstest_story"
+    out = tmp_path / "reports" / "deeper" / "x.html"
+    assert main(["report", str(story), "--output", str(out)]) == EXIT_OK
+    assert out.is_file() and "XSTest" in out.read_text()
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    assert main(["report", str(story), "--output", str(blocker / "x.html")]) == EXIT_CONFIG
+    assert f"cannot make its folder {blocker}" in capsys.readouterr().err
+
+
 def test_demo_help_says_a_verdict_needs_seeds_and_their_cost():
     text = build_parser()._subparsers._group_actions[0].choices["demo"].format_help()
     assert "several seeds" in text and "CPU-minutes" in text
