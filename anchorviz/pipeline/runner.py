@@ -298,11 +298,8 @@ def limit_heap(onednn_cache: int | None = 8,
 def _init_worker(threads: int, parent: int | None = None, started=None) -> None:
     # Ctrl-C reaches the whole process group: the driver reports it once and keeps the finished
     # runs; a worker stops at once without a traceback of its own (its half-written run is a
-    # temporary folder that the store never reads and the next sweep removes). A driver that
-    # ignores SIGINT (started in the background by a non-interactive shell, or under nohup)
-    # hands that on: its workers ignore it too, rather than die under a driver that goes on
-    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
-        signal.signal(signal.SIGINT, _quiet_exit)
+    # temporary folder that the store never reads and the next sweep removes)
+    signal.signal(signal.SIGINT, _quiet_exit)
     if parent is not None:  # a local worker: SIGTERM too, and stop when the driver is gone
         global _STARTED
         _STARTED = started

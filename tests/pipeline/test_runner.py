@@ -202,8 +202,8 @@ def test_ctrl_c_stops_the_workers_at_once_without_their_tracebacks(tmp_path):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(here), str(Path(__file__).resolve().parent),
                                           os.environ.get("PYTHONPATH", "")])}
     # as from a terminal, whatever this process's SIGINT disposition: an ignored SIGINT is
-    # inherited across exec (an earlier test in the suite left it so once, and the sweep then
-    # ignored Ctrl-C as it should; see the next test)
+    # inherited across exec (CI's pytest had it so once; the driver then ignored the Ctrl-C and
+    # only its workers stopped: docs/RELIABILITY.md, known limits)
     proc = subprocess.Popen([sys.executable, str(script)], cwd=tmp_path, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True,
@@ -220,27 +220,6 @@ def test_ctrl_c_stops_the_workers_at_once_without_their_tracebacks(tmp_path):
     assert proc.returncode == 130 and "driver interrupted" in out
     assert "Traceback" not in err and "KeyboardInterrupt" not in err, err[-3000:]
     assert "leaked" not in err, err[-3000:]
-
-
-def test_a_worker_of_a_driver_that_ignores_sigint_ignores_it_too():
-    """A sweep started with SIGINT ignored (in the background of a non-interactive shell, under
-    nohup) is not stopped by one: its workers (spawned, so they inherit the ignored signal) keep
-    ignoring it instead of installing the quiet Ctrl-C exit under a driver that goes on; a
-    worker of a driver that takes Ctrl-C installs it."""
-    import signal
-    import subprocess
-    import sys
-
-    code = ("import signal\n"
-            "from anchorviz.pipeline.runner import _init_worker, _quiet_exit\n"
-            "_init_worker(1)\n"
-            "h = signal.getsignal(signal.SIGINT)\n"
-            "print('ignored' if h is signal.SIG_IGN else 'quiet' if h is _quiet_exit else h)\n")
-    for disposition, want in ((signal.SIG_IGN, "ignored"), (signal.SIG_DFL, "quiet")):
-        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                             timeout=300, preexec_fn=lambda d=disposition: signal.signal(
-                                 signal.SIGINT, d))
-        assert out.stdout.strip() == want, out.stderr[-2000:]
 
 
 def test_the_demo_runs_its_captured_and_anchor_nodes_in_processes_of_their_own():
