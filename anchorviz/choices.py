@@ -58,8 +58,9 @@ POOLINGS = ("auto", "mean", "last", "cls")
 #: ``models.dtype``
 DTYPES = ("float32", "bfloat16")
 
-#: ``models.attention`` (transformers' ``attn_implementation``; "auto": its own)
-ATTENTION = ("auto", "eager", "sdpa")
+#: ``models.attention`` (transformers' ``attn_implementation``; "auto": its own; "packed": the
+#: per-token arithmetic on real tokens only, anchorviz.models.packed)
+ATTENTION = ("auto", "eager", "sdpa", "packed")
 
 #: ``teacher_train.optimizer`` / ``student_train.optimizer`` (anchorviz.training.loop builds them)
 OPTIMIZERS = ("adamw_fused", "adamw_foreach", "adamw")

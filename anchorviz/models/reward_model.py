@@ -22,6 +22,7 @@ import torch
 from torch import nn
 
 from anchorviz.choices import POOLINGS
+from anchorviz.models.packed import PackedError, hidden_states, mark_packed
 from anchorviz.models.zoo import ZOO, resolve_model
 from anchorviz.paths import fingerprint
 
@@ -200,13 +201,7 @@ class RewardModel(nn.Module):
     ) -> RewardOutput:
         """Rewards for one batch of sequences, plus token states of ``layers`` if asked."""
         want_hidden = layers is not None and len(layers) > 0
-        out = self.backbone(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            output_hidden_states=True,
-            return_dict=True,
-        )
-        all_hidden = getattr(out, "hidden_states", None)
+        all_hidden = hidden_states(self.backbone, input_ids, attention_mask)
         if all_hidden is None:
             raise ModelError(
                 f"backbone {type(self.backbone).__name__} returned no hidden_states: anchorviz "
@@ -411,7 +406,9 @@ def load_backbone(
     if dtype is not None:
         kwargs["dtype"] = dtype
     if attention != "auto":
-        kwargs["attn_implementation"] = attention
+        # packed: the per-token arithmetic on real tokens only (`anchorviz.models.packed`); the
+        # backbone's own forward, where something calls it, takes the kernel packing matches
+        kwargs["attn_implementation"] = "eager" if attention == "packed" else attention
     try:
         with quiet_transformers():
             tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
@@ -427,6 +424,11 @@ def load_backbone(
     check_vocab_fits(tokenizer, backbone, repr(str(name_or_path)))
     if not dropout:
         disable_dropout(backbone)
+    if attention == "packed":
+        try:
+            mark_packed(backbone)
+        except PackedError as err:
+            raise ModelError(f"model {name_or_path!r}: {err}") from None
     return backbone, tokenizer
 
 

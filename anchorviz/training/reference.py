@@ -30,6 +30,7 @@ import torch
 from tqdm.auto import tqdm
 
 from anchorviz.choices import REFERENCES
+from anchorviz.models.packed import hidden_states
 from anchorviz.models.reward_model import RewardModel, disable_dropout, eval_mode
 from anchorviz.models.tokenization import EncodedPairs, SideBatch, length_batches, pad_side
 
@@ -52,13 +53,8 @@ class ReferenceSetupError(ValueError):
 
 
 def _hidden(backbone, batch: SideBatch, layers: Sequence[int]) -> dict[int, torch.Tensor]:
-    out = backbone(
-        input_ids=batch.input_ids,
-        attention_mask=batch.attention_mask,
-        output_hidden_states=True,
-        return_dict=True,
-    )
-    return {layer: out.hidden_states[layer] for layer in layers}
+    states = hidden_states(backbone, batch.input_ids, batch.attention_mask)
+    return {layer: states[layer] for layer in layers}
 
 
 class Reference(ABC):
