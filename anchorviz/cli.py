@@ -14,6 +14,7 @@ import math
 import re
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 # The commands import the run machinery (torch, pandas, plotly) in their bodies, when they run:
@@ -27,6 +28,7 @@ from anchorviz.pipeline.demo import (
     DEFAULT_SCENARIO,
     SCENARIOS,
     DemoOptions,
+    EarlyVerdict,
     demo_note,
     power_note,
     verdict_sentence,
@@ -94,13 +96,16 @@ def cmd_demo(args) -> int:
                     d.artifact_kind, d.artifact_teacher_form))
     print(f"Teacher {sw.base.models.teacher} (weak), student {sw.base.models.student} (strong); "
           f"runs are written to {args.out}\n")
-    df = sweep(sw, args.out, jobs=args.jobs, threads=args.threads, backend=args.backend,
-               address=args.address)
-    # the folder may also hold other scenarios' runs (another --scenario, the notebooks): the
-    # table and the verdict are this demo's runs only
     from anchorviz.pipeline.runner import build_graph
 
-    own = {n.id for n in build_graph(expand_sweep(sw)) if n.kind != "reference"}
+    # the verdict's runs first, and its sentence as soon as they are done (EarlyVerdict)
+    nodes = build_graph(expand_sweep(sw))
+    early = EarlyVerdict(nodes, args.out, _say, time.monotonic())
+    df = sweep(sw, args.out, jobs=args.jobs, threads=args.threads, backend=args.backend,
+               address=args.address, first=early.wanted, on_done=early)
+    # the folder may also hold other scenarios' runs (another --scenario, the notebooks): the
+    # table and the verdict are this demo's runs only
+    own = {n.id for n in nodes if n.kind != "reference"}
     df = df[df["run_id"].isin(own)].reset_index(drop=True)
     print("\nResults (accuracies and transfer scores in points; OOD = mean over the 3 targets):")
     print(results_text(df))
@@ -112,6 +117,13 @@ def cmd_demo(args) -> int:
     report = _write_report(args.out, run_ids=own)
     print(f"\nHTML report: {report}")
     return EXIT_OK
+
+
+def _say(text: str) -> None:
+    """Print above the sweep's progress bars (they are redrawn below it)."""
+    from tqdm.auto import tqdm
+
+    tqdm.write(text)
 
 
 def _record(args) -> None:

@@ -160,7 +160,13 @@ def test_bench_demo_runner(tmp_path):
     assert bench_demo.demo_command(tmp_path, quick=True)[-1] == "--quick"
     args = bench_demo.build_parser().parse_args(["--quick"])
     md = bench_demo.markdown(res, args, "cmd", _facts(), 1.0, "Results (x):\ndone")
-    assert "Target" in md
+    assert "Target" in md and "with the table" in md
+    # a demo that printed its verdict early: the time to it is a column and a target of its own
+    text = "x\nVERDICT over 5 seeds ...\n(after 9.4 min, from the teachers and naive students; ...)\n"
+    assert bench_demo.verdict_minutes(text) == 9.4
+    assert bench_demo.verdict_minutes("Results (x):\n(after lunch)") is None
+    md = bench_demo.markdown({**res, "verdict_min": 9.4}, args, "cmd", _facts(), 1.0, "")
+    assert "| 9.4 min |" in md and "after 9.4 min, < 10 minutes: **met**" in md
     # the sampler (psutil, which ipykernel brings) names each process's own peak: here the one
     # child (the driver) holding 50 MB
     import importlib.util
@@ -302,6 +308,7 @@ def test_bench_fp32_levers(tiny_model):
         ["--model", str(tiny_model), "--data", "synthetic", "--max-length", "16"])
     args.steps, args.repeats = 2, 1
     res = bench_fp32_levers.measure(args)
-    assert set(res["times"]) == {"step sdpa", "step eager", "score 64 no_grad",
+    assert set(res["times"]) == {"step sdpa", "step eager", "step packed", "score 64 no_grad",
                                  "score 64 inference_mode", "score 256 no_grad"}
     assert all(len(v) == 1 and v[0] > 0 for v in res["times"].values())
+    assert 0 < res["real"] <= 1

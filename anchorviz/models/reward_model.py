@@ -425,11 +425,17 @@ def load_backbone(
     if not dropout:
         disable_dropout(backbone)
     if attention == "packed":
-        try:
-            mark_packed(backbone)
-        except PackedError as err:
-            raise ModelError(f"model {name_or_path!r}: {err}") from None
+        _mark_or_refuse(backbone, str(name_or_path))
     return backbone, tokenizer
+
+
+def _mark_or_refuse(backbone: nn.Module, name: str) -> None:
+    """Mark ``backbone`` for the packed forward (`anchorviz.models.packed`), or refuse it with a
+    `ModelError` naming the model."""
+    try:
+        mark_packed(backbone)
+    except PackedError as err:
+        raise ModelError(f"model {name!r}: {err}") from None
 
 
 def load_reward_model(

@@ -25,6 +25,8 @@ __all__ = [
     "DEFAULT_SCENARIO",
     "DemoOptions",
     "DEMO_NOTE",
+    "EarlyVerdict",
+    "FLOAT32_ATTENTION",
     "ECHO_NOTE",
     "HIDDEN_NOTE",
     "OVERLAYS",
@@ -35,6 +37,7 @@ __all__ = [
     "demo_sweep",
     "power_note",
     "verdict_power",
+    "verdict_nodes",
     "verdict_sentence",
     "FRESH_SEED_GAP",
     "POWER_GOAL",
@@ -184,8 +187,8 @@ def demo_sweep(strength: float | None = None, seeds: tuple[int, ...] | None = No
     "auto" (bfloat16 autocast where the device runs it natively, `anchorviz.precision`),
     resolved here as ``bf16`` is, so that a forced choice and an ``auto`` that resolves to it
     give the same runs: bfloat16 with the file's eager attention (the bfloat16 demo store's
-    ids), float32 with the library's kernel (the float32 store's ids of ``--fp32`` before
-    ``auto``: the arithmetic of the tables computed in float32)."""
+    ids), float32 with `FLOAT32_ATTENTION`, the packed forward (`anchorviz.models.packed`;
+    checked on fresh seeds 70-79, docs/RESULTS.md, issue 40)."""
     if scenario not in SCENARIOS:
         raise ConfigError(f"--scenario must be one of {sorted(SCENARIOS)}, got {scenario!r}")
     settings = demo_settings(quick, scenario)
@@ -194,9 +197,10 @@ def demo_sweep(strength: float | None = None, seeds: tuple[int, ...] | None = No
         data["artifact_strength"] = float(strength)
     data["artifact_teacher_visibility"] = (SCENARIOS[scenario] if visibility is None
                                            else float(visibility))
+    chosen = False  # the demo's own choice of arithmetic (not the scripts' `bf16=`)
     if bf16 is None:
         # the demo's arithmetic, decided here once: forced, or the file's `auto` resolved
-        # (`anchorviz.precision`); float32 takes the library's attention kernel, as `bf16=False`
+        # (`anchorviz.precision`); float32 takes `FLOAT32_ATTENTION`
         if precision is not None and precision not in PRECISIONS:
             raise ConfigError(f"precision must be one of {PRECISIONS}, got {precision!r}")
         st = settings["base"].get("student_train") or {}
@@ -207,16 +211,24 @@ def demo_sweep(strength: float | None = None, seeds: tuple[int, ...] | None = No
                 bf16 = resolve_bf16(value, str(st.get("device", "cpu")))
             except ValueError as err:
                 raise ConfigError(f"{demo_file()}: {err}") from None
+            chosen = True
     if bf16 is not None:
         for part in ("teacher_train", "student_train"):
             settings["base"].setdefault(part, {})["bf16"] = bool(bf16)
         if not bf16:
-            settings["base"].setdefault("models", {})["attention"] = "auto"
+            settings["base"].setdefault("models", {})["attention"] = (
+                FLOAT32_ATTENTION if chosen else "auto")
     if seeds is not None:
         settings["grid"]["seeds"] = [int(s) for s in seeds]
         if "detail_seeds" in settings["grid"]:
             settings["grid"]["detail_seeds"] = [int(seeds[0])]
     return sweep_from_dict(settings, str(demo_file(quick, scenario if scenario in OVERLAYS else None)))
+
+
+#: the attention setting of the demo where it computes in float32 (`auto` resolving to float32,
+#: or ``--fp32``): the per-token arithmetic on real tokens only (`anchorviz.models.packed`), by
+#: the rule pre-registered in docs/RESULTS.md and checked on fresh seeds 70-79 (issue 40)
+FLOAT32_ATTENTION = "packed"
 
 
 #: How far a few seeds can be trusted in the default scenario, measured on seeds nobody tuned on
@@ -310,3 +322,54 @@ def verdict_sentence(results, method: str = "naive") -> str:
               + ("YES" if fm["strict"] else "no, the student still transfers better than its "
                  "teacher, by less than it gains at home"))
     return head + gain + carry + ". So " + verdict + strict + "."
+
+
+def verdict_nodes(nodes) -> set[str]:
+    """The ids of the nodes the demo's verdict reads: every naive student and what it needs
+    (its teacher, the reference capture of a captured one). The first seed's gold ceiling and
+    ANCHOR students are its illustration: the verdict does not wait for them."""
+    by_id = {n.id: n for n in nodes}
+    want: set[str] = set()
+    todo = [n.id for n in nodes
+            if n.kind == "student" and n.config.get("method", {}).get("name") == "naive"]
+    while todo:
+        nid = todo.pop()
+        if nid not in want:
+            want.add(nid)
+            todo.extend(d for d in by_id[nid].deps if d in by_id)
+    return want
+
+
+class EarlyVerdict:
+    """``on_done`` for the demo's sweep (`anchorviz.pipeline.runner.run_graph`): once every
+    verdict node (`verdict_nodes`) is done and other nodes are still to come, ``say`` gets the
+    verdict sentence of those runs (read from the store ``out``), with the time since ``start``.
+    The demo runs the verdict's nodes first (``first=`` `wanted`), so a CPU that needs long for
+    the whole demo prints its verdict early; no number depends on this order."""
+
+    def __init__(self, nodes, out, say, start: float) -> None:
+        self.want = verdict_nodes(nodes)
+        self.others = {n.id for n in nodes} - self.want
+        self.students = {n.id for n in nodes if n.id in self.want and n.kind == "student"}
+        self.out, self.say, self.start = out, say, start
+        self.done: set[str] = set()
+        self.told = False
+
+    def wanted(self, node) -> bool:
+        return node.id in self.want
+
+    def __call__(self, node, result) -> None:  # noqa: ARG002 - run_graph's on_done signature
+        import time
+
+        self.done.add(node.id)
+        if self.told or not self.want <= self.done or self.others <= self.done:
+            return  # not yet; or nothing left to wait for: the full table comes now anyway
+        self.told = True
+        from anchorviz.pipeline.results import results_table
+
+        df = results_table(self.out)
+        df = df[df["run_id"].isin(self.students)].reset_index(drop=True)
+        minutes = (time.monotonic() - self.start) / 60
+        self.say(f"\n{verdict_sentence(df)}\n(after {minutes:.1f} min, from the teachers and "
+                 "naive students; the first seed's gold ceiling and ANCHOR students are still "
+                 "running, then the full table and the report follow)\n")

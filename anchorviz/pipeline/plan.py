@@ -59,6 +59,9 @@ _TEACHER_STEP_S = (0.5, 1.1)
 _STUDENT_STEP_S = (1.0, 1.9)
 _CAPTURE_PAIR_S = (0.03, 0.07)  # scoring + hidden-state capture + drift, per evaluated pair
 _BF16_STEP, _BF16_EVAL = 0.6, 0.35
+# attention: packed (the per-token arithmetic on real tokens only): a training step at the demo's
+# 59% real tokens (bench/bench_packed.py, docs/BENCHMARKS.md)
+_PACKED_STEP = 0.65
 
 
 def run_minutes(sw: Plannable, kind: str) -> tuple[float, float]:
@@ -78,6 +81,8 @@ def run_minutes(sw: Plannable, kind: str) -> tuple[float, float]:
     # bfloat16 autocast on a CPU with avx512_bf16: a step 0.6x, a scoring pass 0.35x float32
     # (bench/bench_flops.py; docs/RESULTS.md, the bf16 check of issue 28)
     f_step, f_eval = (_BF16_STEP, _BF16_EVAL) if tc.bf16 else (1.0, 1.0)
+    if base.models.attention == "packed":
+        f_step *= _PACKED_STEP
     return tuple((steps * s * f_step + n_eval * c * f_eval) * scale / 60
                  for s, c in zip(step, per_pair))
 

@@ -99,10 +99,12 @@ def default_jobs() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def build_graph(configs: Iterable) -> list[Node]:
+def build_graph(configs: Iterable, first: Callable[[Node], bool] | None = None) -> list[Node]:
     """The nodes for a list of ``RunConfig`` (students), deduplicated, in a runnable order:
     every node comes after its dependencies; teachers and reference captures first, then
-    ceilings, then students (so the long chains start early)."""
+    ceilings, then students (so the long chains start early). ``first``: the nodes it is true
+    for go before all others, in that order among themselves (it must hold for every
+    dependency of a node it holds for): `anchorviz demo` runs its verdict's runs first."""
     nodes: dict[str, Node] = {}
     for cfg in configs:
         d = cfg.to_dict()
@@ -118,7 +120,8 @@ def build_graph(configs: Iterable) -> list[Node]:
             nodes.setdefault(c, Node(c, "ceiling", d, deps))
         s = run_id_for(student_key(cfg, "student"))
         nodes.setdefault(s, Node(s, "student", d, deps))
-    return sorted(nodes.values(), key=lambda n: KINDS.index(n.kind))
+    return sorted(nodes.values(),
+                  key=lambda n: (first is not None and not first(n), KINDS.index(n.kind)))
 
 
 def execute_node(kind: str, config: dict, out_dir: str) -> dict:
@@ -327,7 +330,8 @@ def _init_worker(threads: int, parent: int | None = None, started=None) -> None:
 def run_graph(nodes: list[Node], out_dir: str | Path, jobs: int | None = None, threads: int = 1,
               progress: bool = True,
               execute: Callable[[str, dict, str], dict] = execute_node,
-              backend: str = "local", address: str | None = None) -> dict[str, dict]:
+              backend: str = "local", address: str | None = None,
+              on_done: Callable[[Node, dict], None] | None = None) -> dict[str, dict]:
     """Run every node once its dependencies are done.
 
     ``backend="local"``: on ``jobs`` local worker processes (None: `default_jobs`; ``jobs == 1``
@@ -337,6 +341,9 @@ def run_graph(nodes: list[Node], out_dir: str | Path, jobs: int | None = None, t
     ``threads`` CPUs). Each worker runs torch on ``threads`` threads. A failing node stops new
     nodes from starting; the nodes already running finish (and are kept in the store); then the
     first error is raised. Returns ``{node id: summary}`` of the nodes that ran.
+    ``on_done(node, summary)`` is called in this process after each node that finished (a
+    failing callback is logged, never stops the sweep): `anchorviz demo` prints its verdict
+    from it as soon as the verdict's runs are done.
     """
     check_backend(out_dir, backend, address)
     jobs = default_jobs() if jobs is None else int(jobs)
@@ -354,15 +361,15 @@ def run_graph(nodes: list[Node], out_dir: str | Path, jobs: int | None = None, t
         if any(order[d] >= order[n.id] for n in nodes for d in n.deps):
             raise ValueError("nodes must come after their dependencies (use build_graph)")
         _run_ray(nodes, os.path.abspath(out_dir), jobs, threads, progress, results, execute,
-                 address)
+                 address, on_done)
         return results
     jobs = min(jobs, max(1, len(nodes)))
     prog = _Progress(list(nodes), jobs, enabled=progress)
     try:
         if jobs == 1:
-            _run_inline(nodes, out_dir, threads, prog, results, execute)
+            _run_inline(nodes, out_dir, threads, prog, results, execute, on_done)
         else:
-            _run_pool(nodes, out_dir, jobs, threads, prog, results, execute)
+            _run_pool(nodes, out_dir, jobs, threads, prog, results, execute, on_done)
     finally:
         prog.close()
     return results
@@ -387,7 +394,7 @@ def check_backend(out_dir: str | Path, backend: str = "local",
             "bucket / share (NFS, CephFS, Lustre, a FUSE mount) and pass its path")
 
 
-def _run_inline(nodes, out_dir, threads, prog, results, execute) -> None:
+def _run_inline(nodes, out_dir, threads, prog, results, execute, on_done=None) -> None:
     import torch
     from threadpoolctl import threadpool_limits
 
@@ -399,17 +406,22 @@ def _run_inline(nodes, out_dir, threads, prog, results, execute) -> None:
             for node in nodes:
                 prog.started(node)
                 results[node.id] = execute(node.kind, node.config, out_dir)
-                _log_done(node, results[node.id])
+                _log_done(node, results[node.id], on_done)
                 prog.finished(node, results.get(node.id))
     finally:
         torch.set_num_threads(old)
 
 
-def _log_done(node: Node, res: dict) -> None:
+def _log_done(node: Node, res: dict, on_done: Callable[[Node, dict], None] | None = None) -> None:
     if res.get("computed", True):
         logger.info("%s %s done in %.0f s", node.kind, node.id, res.get("seconds", float("nan")))
     else:
         logger.info("%s %s already finished in the store", node.kind, node.id)
+    if on_done is not None:
+        try:
+            on_done(node, res)
+        except Exception as err:  # noqa: BLE001 - a reader's callback never stops the sweep
+            logger.warning("after %s %s: %s: %s", node.kind, node.id, type(err).__name__, err)
 
 
 class _Terminated(KeyboardInterrupt):
@@ -489,7 +501,7 @@ def fresh_process(node: Node) -> bool:
         cfg.get("method", {}).get("name") == "anchor"
 
 
-def _run_pool(nodes, out_dir, jobs, threads, prog, results, execute) -> None:
+def _run_pool(nodes, out_dir, jobs, threads, prog, results, execute, on_done=None) -> None:
     pending = list(nodes)
     done: set[str] = set()
     running: dict[Future, Node] = {}
@@ -582,7 +594,7 @@ def _run_pool(nodes, out_dir, jobs, threads, prog, results, execute) -> None:
                     logger.error("%s %s failed: %s", node.kind, node.id, err)
                 else:
                     done.add(node.id)
-                    _log_done(node, results[node.id])
+                    _log_done(node, results[node.id], on_done)
                 if fresh_process(node):  # its process ends with it
                     retire(i)
                 prog.finished(node, results.get(node.id))
@@ -752,7 +764,8 @@ def _ray_connect(ray, address: str | None, cpus: int) -> bool:
     return True
 
 
-def _run_ray(nodes, out_dir, jobs, threads, progress, results, execute, address) -> None:
+def _run_ray(nodes, out_dir, jobs, threads, progress, results, execute, address,
+             on_done=None) -> None:
     """Submit every node as a Ray task at once, upstream ObjectRefs as arguments.
 
     Each task asks for ``threads`` CPUs (and a GPU when its config uses CUDA) and runs with
@@ -830,7 +843,7 @@ def _run_ray(nodes, out_dir, jobs, threads, progress, results, execute, address)
                         failed.add(node.id)  # treated as not done for its dependents
                     else:
                         results[node.id] = res
-                        _log_done(node, res)
+                        _log_done(node, res, on_done)
                 prog.finished(node, results.get(node.id))
         show_warnings()  # those told after the last poll
     except KeyboardInterrupt:

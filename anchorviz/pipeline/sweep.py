@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from pathlib import Path
 
@@ -22,7 +22,7 @@ from anchorviz.pipeline import steps
 from anchorviz.pipeline.expected import SWEEP_FILE, record_grid
 from anchorviz.pipeline.prepare import data_config, prepare_data
 from anchorviz.pipeline.results import results_table
-from anchorviz.pipeline.runner import build_graph, check_backend, run_graph
+from anchorviz.pipeline.runner import Node, build_graph, check_backend, run_graph
 from anchorviz.pipeline.store import RunStore
 from anchorviz.precision import warn_emulated
 from anchorviz.sweep_config import SweepConfig, expand_sweep
@@ -87,7 +87,8 @@ def _command_line() -> str:
 
 def sweep(sw: SweepConfig | Sequence[SweepConfig], out_dir: str | Path, jobs: int | None = None,
           threads: int = 1, progress: bool = True, backend: str = "local",
-          address: str | None = None) -> pd.DataFrame:
+          address: str | None = None, first: Callable[[Node], bool] | None = None,
+          on_done: Callable[[Node, dict], None] | None = None) -> pd.DataFrame:
     """Run every config of a sweep (sharing teachers, ceilings, reference captures); resumes.
 
     The grid becomes a run graph (`anchorviz.pipeline.runner`) executed by ``jobs`` local worker
@@ -100,7 +101,9 @@ def sweep(sw: SweepConfig | Sequence[SweepConfig], out_dir: str | Path, jobs: in
     runs share the workers and their common runs are made once; ``out_dir/sweep.yaml`` is then
     that of the first. Each sweep is also recorded as its own grid file
     (``out_dir/grids/sweep-<hash>.yaml``, `anchorviz.pipeline.expected.record_grid`), so a
-    second sweep with another grid on the same folder is recorded beside the first."""
+    second sweep with another grid on the same folder is recorded beside the first.
+    ``first``, ``on_done``: which nodes run first, and a call after each finished node
+    (`anchorviz.pipeline.runner.build_graph`, `run_graph`)."""
     sweeps = [sw] if isinstance(sw, SweepConfig) else list(sw)
     if not sweeps:
         raise ValueError("sweep: no sweep given (an empty list)")
@@ -117,6 +120,6 @@ def sweep(sw: SweepConfig | Sequence[SweepConfig], out_dir: str | Path, jobs: in
     for d in {json.dumps(asdict(data_config(c)), sort_keys=True): data_config(c)
               for c in configs}.values():
         prepare_data(d)  # load / build every dataset once here, before the workers start
-    run_graph(build_graph(configs), out_dir, jobs=jobs, threads=threads, progress=progress,
-              backend=backend, address=address)
+    run_graph(build_graph(configs, first), out_dir, jobs=jobs, threads=threads,
+              progress=progress, backend=backend, address=address, on_done=on_done)
     return results_table(out_dir)

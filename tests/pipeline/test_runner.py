@@ -281,3 +281,68 @@ def test_a_worker_warning_reaches_the_drivers_console_once_naming_its_run(tmp_pa
         assert len(said) == 1, proc.stderr[-3000:]
         assert said[0].startswith("WARNING") and f"teacher {t.id}" in said[0]
     assert "an info line that stays in the worker" not in proc.stderr
+
+
+def test_the_demo_runs_its_verdict_nodes_first_and_says_the_verdict_once_they_are_done(
+        tmp_path, monkeypatch):
+    """`anchorviz demo` orders the verdict's nodes (teachers, the reference capture, the naive
+    students) before the first seed's illustration (ceiling, ANCHOR students) and prints the
+    verdict from `EarlyVerdict` once they are done, while the others still run."""
+    import anchorviz.pipeline.results as results
+    from anchorviz.pipeline.demo import EarlyVerdict, demo_sweep, verdict_nodes
+
+    plain = build_graph(expand_sweep(demo_sweep()))
+    want = verdict_nodes(plain)
+    kinds = {(n.kind, n.config["method"]["name"]) for n in plain if n.id in want}
+    assert kinds == {("teacher", "naive"), ("reference", "naive"), ("student", "naive")}
+    assert len(want) == 5 + 1 + 5 and len(plain) == 14
+    said: list[str] = []
+    early = EarlyVerdict(plain, tmp_path, said.append, 0.0)
+    nodes = build_graph(expand_sweep(demo_sweep()), early.wanted)
+    assert {n.id for n in nodes} == {n.id for n in plain}
+    assert [n.id in want for n in nodes] == [True] * 11 + [False] * 3
+    ids = [n.id for n in nodes]
+    assert all(ids.index(d) < i for i, n in enumerate(nodes) for d in n.deps)
+    # the verdict is read from the store once, when its last node is done; the rows it reads
+    # are the naive students' only
+    seen = []
+
+    def table(out):
+        seen.append(out)
+        return pd.DataFrame({"run_id": ids, "method": ["x"] * len(ids)})
+
+    monkeypatch.setattr(results, "results_table", table)
+    monkeypatch.setattr("anchorviz.pipeline.demo.verdict_sentence",
+                        lambda df: f"VERDICT from {sorted(set(df['run_id']))}")
+    for n in nodes[:10]:
+        early(n, {})
+    assert said == [] and seen == []
+    early(nodes[10], {})
+    assert seen == [tmp_path] and len(said) == 1
+    naive = sorted(n.id for n in nodes if n.kind == "student" and n.id in want)
+    assert f"VERDICT from {naive}" in said[0] and "still running" in said[0]
+    for n in nodes[11:]:
+        early(n, {})
+    assert len(said) == 1
+    # a demo whose illustration was done before (a resumed run): the full table comes at the
+    # end anyway, nothing is said early
+    said.clear()
+    late = EarlyVerdict(plain, tmp_path, said.append, 0.0)
+    for n in nodes[11:] + nodes[:11]:
+        late(n, {})
+    assert said == []
+
+
+def test_on_done_sees_every_finished_node_and_a_failing_callback_stops_nothing(tmp_path, caplog):
+    nodes = build_graph(expand_sweep(_sweep(tmp_path)))
+    seen = []
+
+    def on_done(node, res):
+        seen.append(node.id)
+        if len(seen) == 1:
+            raise RuntimeError("a reader's bug")
+
+    with caplog.at_level("WARNING", logger="anchorviz.pipeline.runner"):
+        out = run_graph(nodes, tmp_path, jobs=1, progress=False, execute=record, on_done=on_done)
+    assert seen == [n.id for n in nodes] and set(out) == set(seen)
+    assert "a reader's bug" in caplog.text
