@@ -362,8 +362,11 @@ class EarlyVerdict:
         import time
 
         self.done.add(node.id)
-        if self.told or not self.want <= self.done or self.others <= self.done:
-            return  # not yet; or nothing left to wait for: the full table comes now anyway
+        if self.told or len(self.students) < 2 or not self.want <= self.done \
+                or self.others <= self.done:
+            # not yet; one seed (no verdict to tell); or nothing left to wait for: the full
+            # table comes now anyway
+            return
         self.told = True
         from anchorviz.pipeline.results import results_table
 

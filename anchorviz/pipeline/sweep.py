@@ -110,8 +110,7 @@ def sweep(sw: SweepConfig | Sequence[SweepConfig], out_dir: str | Path, jobs: in
     check_backend(out_dir, backend, address)
     store = RunStore(out_dir)
     store.clean_temporaries()
-    first = sweeps[0]
-    _write_sweep_yaml(Path(out_dir) / SWEEP_FILE, _sweep_payload(first))
+    _write_sweep_yaml(Path(out_dir) / SWEEP_FILE, _sweep_payload(sweeps[0]))
     for s in sweeps:  # one grid file per sweep: another grid on this folder is kept beside it
         record_grid(out_dir, "sweep", _sweep_payload(s), command=_command_line())
     configs = [c for s in sweeps for c in expand_sweep(s)]

@@ -111,7 +111,14 @@ def test_a_list_of_sweeps_runs_as_one_graph(tmp_path):
     naive = SweepConfig(base=base, methods=["naive"], seeds=[0])
     anchor = SweepConfig(base=base, methods=["anchor"], anchor_lambdas=[1.0],
                          anchor_layers=["last"], seeds=[0])
-    res = sweep([naive, anchor], tmp_path / "out", jobs=1, progress=False)
+    # the verdict-first order of `anchorviz demo`: the naive student before the anchored one,
+    # each finished node told to the caller
+    seen = []
+    res = sweep([naive, anchor], tmp_path / "out", jobs=1, progress=False,
+                first=lambda n: n.config["method"]["name"] == "naive",
+                on_done=lambda node, summary: seen.append((node.kind, node.config["method"]["name"])))
+    assert seen == [("teacher", "naive"), ("reference", "naive"), ("student", "naive"),
+                    ("student", "anchor")]
     want = {n.id for n in build_graph([*expand_sweep(naive), *expand_sweep(anchor)])
             if n.kind != "reference"}
     assert set(res["run_id"]) == want and len(want) == 3  # one teacher, two students
@@ -330,6 +337,12 @@ def test_the_demo_runs_its_verdict_nodes_first_and_says_the_verdict_once_they_ar
     late = EarlyVerdict(plain, tmp_path, said.append, 0.0)
     for n in nodes[11:] + nodes[:11]:
         late(n, {})
+    assert said == []
+    # one seed (`--seeds 0`, `--quick`): no verdict to tell early
+    one = build_graph(expand_sweep(demo_sweep(seeds=(0,))))
+    first_look = EarlyVerdict(one, tmp_path, said.append, 0.0)
+    for n in build_graph(expand_sweep(demo_sweep(seeds=(0,))), first_look.wanted):
+        first_look(n, {})
     assert said == []
 
 

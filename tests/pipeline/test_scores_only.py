@@ -131,3 +131,13 @@ def test_a_reloaded_run_keeps_its_attention_kernel(tmp_path):
     res = ensure_teacher(RunStore(tmp_path / "store"), cfg, prepare_data(data_config(cfg)))
     model, _ = load_run_model(res.run_dir)
     assert model.backbone.config._attn_implementation == "eager"
+    # the packed forward (the float32 demo's) is found again too
+    from anchorviz.models.packed import is_packed
+
+    packed = with_overrides(cfg, **{"models.attention": "packed"})
+    res = ensure_teacher(RunStore(tmp_path / "store"), packed,
+                         prepare_data(data_config(packed)))
+    model, _ = load_run_model(res.run_dir)
+    assert is_packed(model.backbone) and not is_packed(load_run_model(
+        ensure_teacher(RunStore(tmp_path / "store"), cfg,
+                       prepare_data(data_config(cfg))).run_dir)[0].backbone)
