@@ -59,9 +59,9 @@ _TEACHER_STEP_S = (0.5, 1.1)
 _STUDENT_STEP_S = (1.0, 1.9)
 _CAPTURE_PAIR_S = (0.03, 0.07)  # scoring + hidden-state capture + drift, per evaluated pair
 _BF16_STEP, _BF16_EVAL = 0.6, 0.35
-# attention: packed (the per-token arithmetic on real tokens only): a training step at the demo's
-# 59% real tokens (bench/bench_fp32_levers.py, docs/BENCHMARKS.md)
-_PACKED_STEP = 0.65
+# attention: packed (the per-token arithmetic on real tokens only): a training step at 56%
+# real tokens, float32 (bench/bench_fp32_levers.py, docs/BENCHMARKS.md)
+_PACKED_STEP = 0.6
 
 
 def run_minutes(sw: Plannable, kind: str) -> tuple[float, float]:
