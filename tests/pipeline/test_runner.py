@@ -338,6 +338,16 @@ def test_the_demo_runs_its_verdict_nodes_first_and_says_the_verdict_once_they_ar
     for n in nodes[11:] + nodes[:11]:
         late(n, {})
     assert said == []
+    # a demo run again on a finished store: the illustration is stored, the table comes at once
+    # after the verdict's nodes, so nothing is said early
+    import anchorviz.pipeline.plan as plan
+
+    stored = {n.id for n in nodes[11:]}
+    monkeypatch.setattr(plan, "run_finished", lambda out, run_id: run_id in stored)
+    again = EarlyVerdict(plain, tmp_path, said.append, 0.0)
+    for n in nodes:
+        again(n, {})
+    assert said == []
     # one seed (`--seeds 0`, `--quick`): no verdict to tell early
     one = build_graph(expand_sweep(demo_sweep(seeds=(0,))))
     first_look = EarlyVerdict(one, tmp_path, said.append, 0.0)
