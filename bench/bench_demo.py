@@ -180,7 +180,10 @@ def markdown(res: dict, args, command: str, facts: dict, elapsed: float, tail: s
                              "peak RSS, sum over tree MB (0.5 s samples)", "processes (max)",
                              "load avg during run (mean / max)"], rows)
     ok = res["rc"] == 0
-    intro = (f"`{' '.join(Path(c).name if i == 0 else c for i, c in enumerate(res['cmd']))}` "
+    shown = [Path(c).name if i == 0 else c for i, c in enumerate(res["cmd"])]
+    if "--out" in shown:  # a temporary folder's name says nothing on another machine
+        shown[shown.index("--out") + 1] = "<temporary folder>"
+    intro = (f"`{' '.join(shown)}` "
              "into a fresh temporary folder, models from the zoo cache. On a machine whose 2 cores "
              "are shared with other jobs the wall time is inflated roughly by the load: a load "
              "average of L on 2 cores leaves this job about 2 / max(2, L) of the CPU. "
